@@ -1,0 +1,57 @@
+# The two commands a newcomer needs are `make run` and `make test` (see README.md).
+# Every target installs what it needs first; stamps make re-runs cheap.
+
+PYTHON      ?= python3.11
+VENV        := .venv
+PY          := $(VENV)/bin/python
+UV          := $(VENV)/bin/uv
+UV_VERSION  := 0.13.9
+INSTALLED   := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: setup run test lint lock jars stores clean check-tools
+
+## setup: virtualenv with the locked Python stack + Delta jars from Maven Central
+setup: $(INSTALLED) jars
+
+check-tools:
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found"; exit 1; }
+	@command -v java >/dev/null || { echo "error: java (17+) not found"; exit 1; }
+	@command -v mvn >/dev/null || { echo "error: mvn (Maven) not found"; exit 1; }
+
+# `uv pip sync` makes the environment equal to the lock: anything else (for example a
+# stray pyspark-client shadowing the real pyspark) is removed.
+$(INSTALLED): requirements.lock pyproject.toml | check-tools
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q uv==$(UV_VERSION)
+	$(UV) pip sync -q --python $(PY) requirements.lock
+	$(UV) pip install -q --python $(PY) --no-deps -e .
+	touch $@
+
+jars: $(INSTALLED)
+	$(PY) -m jobs.jars >/dev/null
+
+## stores: real RocketMQ broker stores + ground truth in .cache/stores (built once)
+stores: $(INSTALLED)
+	$(PY) tests/broker_harness/stores.py
+
+## run: set up, then run the main job end to end on the embedded default store
+run: setup stores
+	$(PY) -m jobs.main
+
+## test: set up, then run the whole test suite
+# pytest exits 5 when it collects no tests; that alone must not fail CI.
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS); status=$$?; \
+	if [ $$status -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$status
+
+lint: $(INSTALLED)
+	$(VENV)/bin/ruff check .
+
+## lock: re-resolve requirements.lock from pyproject.toml (run after changing dependencies)
+lock: $(INSTALLED)
+	$(UV) pip compile pyproject.toml --extra dev --python-version 3.11 \
+		--custom-compile-command "make lock" -q -o requirements.lock
+
+clean:
+	rm -rf $(VENV) .cache .pytest_cache .hypothesis .ruff_cache

@@ -1,0 +1,1 @@
+"""PySpark jobs that load RocketMQ store snapshots into Delta tables (imports rmqlib)."""

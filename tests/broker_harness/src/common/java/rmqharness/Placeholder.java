@@ -1,0 +1,2 @@
+package rmqharness;
+class Placeholder {}
