@@ -1,2 +1,0 @@
-package rmqharness;
-class Placeholder {}

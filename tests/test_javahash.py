@@ -1,0 +1,83 @@
+"""Java String.hashCode and the broker hashes derived from it."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from store_encoders import index_hash, java_hash
+
+from rmqlib.javahash import (
+    INT_MAX,
+    INT_MIN,
+    index_key,
+    index_key_hash,
+    java_string_hash,
+    tags_code,
+)
+
+# Values Java prints for "x".hashCode().
+KNOWN = {
+    "": 0,
+    "a": 97,
+    "hello": 99162322,
+    "hello world": 1794106052,
+    "Aa": 2112,
+    "BB": 2112,
+    "polygenelubricants": INT_MIN,  # the classic Integer.MIN_VALUE string
+}
+
+
+@pytest.mark.parametrize(("text", "expected"), KNOWN.items())
+def test_known_java_values(text: str, expected: int) -> None:
+    assert java_string_hash(text) == expected
+
+
+def test_supplementary_char_counts_as_two_surrogates() -> None:
+    # U+1F600 = D83D DE00 -> 0xD83D * 31 + 0xDE00
+    assert java_string_hash("\U0001F600") == 0xD83D * 31 + 0xDE00 == 1772899
+    assert java_string_hash("a\U0001F600b") == ((97 * 31 + 0xD83D) * 31 + 0xDE00) * 31 + 98
+
+
+def test_lone_surrogate_hashes_as_itself() -> None:
+    assert java_string_hash("\ud800") == 0xD800
+
+
+def test_wraps_to_negative() -> None:
+    assert java_string_hash("polygenelubricants") < 0
+    assert java_string_hash("hello world!") == -217287203
+    assert java_string_hash("abcdefg") == -1206291356
+
+
+def test_tags_code_missing_or_empty_is_zero() -> None:
+    assert tags_code(None) == 0
+    assert tags_code("") == 0
+    assert tags_code("TagA") == 2598919
+
+
+def test_tags_code_sign_extended() -> None:
+    assert tags_code("polygenelubricants") == -(2**31)
+
+
+def test_index_key_hash_abs_rule() -> None:
+    assert index_key_hash("polygenelubricants") == 0  # abs(MIN_VALUE) overflows -> 0
+    negative = "hello world!"  # -217287203 in Java
+    assert java_string_hash(negative) < 0
+    assert index_key_hash(negative) == -java_string_hash(negative)
+    assert index_key_hash("hello") == 99162322
+
+
+def test_index_key_is_topic_hash_key() -> None:
+    assert index_key("TopicTest", "order-1") == "TopicTest#order-1"
+
+
+@given(st.text())
+def test_matches_independent_implementation(text: str) -> None:
+    assert java_string_hash(text) == java_hash(text)
+    assert index_key_hash(text) == index_hash(text)
+
+
+@given(st.text())
+def test_ranges(text: str) -> None:
+    assert INT_MIN <= java_string_hash(text) <= INT_MAX
+    assert 0 <= index_key_hash(text) <= INT_MAX
