@@ -3,7 +3,9 @@
 Both are a few big-endian i64 fields at the start of a file the broker maps as one
 4096-byte page (``OS_PAGE_SIZE``), so on disk they are 4096 bytes with the unused rest
 zero. 4.9.x writes three checkpoint fields (24 bytes); 5.x adds masterFlushedOffset
-(≥5.0.0) and confirmPhyOffset (≥5.1.1). The file does not say which version wrote it:
+(≥5.0.0) and confirmPhyOffset (≥5.1.1); newer 5.x (seen in real 5.5.1 stores, beyond
+the spec's 5.3.x) adds logicsPhysicalOffset at 40, the commitlog offset CQ dispatch
+had reached. The file does not say which version wrote it:
 a 5.x file whose extra fields are still 0 is indistinguishable from a 4.x one, so
 ``layout`` is "5.x" only when one of them is non-zero.
 
@@ -31,14 +33,16 @@ CKP_LOGICS_MSG_TIMESTAMP_OFFSET = 8
 CKP_INDEX_MSG_TIMESTAMP_OFFSET = 16
 CKP_MASTER_FLUSHED_OFFSET_OFFSET = 24  # ≥5.0.0
 CKP_CONFIRM_PHY_OFFSET_OFFSET = 32  # ≥5.1.1
+CKP_LOGICS_PHYSICAL_OFFSET_OFFSET = 40  # 5.5.x (not in the spec; read off real stores)
 CKP_V4_SIZE = 24
-CKP_V5_SIZE = 40
+CKP_V5_SIZE = 48
 CKP_FIELDS = (
     "physic_msg_timestamp",
     "logics_msg_timestamp",
     "index_msg_timestamp",
     "master_flushed_offset",
     "confirm_phy_offset",
+    "logics_physical_offset",
 )
 RECOVERY_SLACK_MS = 3000  # StoreCheckpoint.getMinTimestamp subtracts 3 s
 
@@ -71,6 +75,7 @@ class Checkpoint:
     index_msg_timestamp: int
     master_flushed_offset: int | None
     confirm_phy_offset: int | None
+    logics_physical_offset: int | None
     layout: str  # "4.x" (extra fields zero or absent) or "5.x"
     fields_set: tuple[str, ...]
     account: FileAccount
@@ -147,13 +152,14 @@ def decode_checkpoint_bytes(data: bytes, path: str | Path = "<memory>") -> Check
     account = FileAccount(str(path), len(data), decoded=used)
     _account_rest(account, data, used)
     account.check()
-    physic, logics, index, master, confirm = values
+    physic, logics, index, master, confirm, logics_physical = values
     return Checkpoint(
         physic_msg_timestamp=physic or 0,
         logics_msg_timestamp=logics or 0,
         index_msg_timestamp=index or 0,
         master_flushed_offset=master,
         confirm_phy_offset=confirm,
+        logics_physical_offset=logics_physical,
         layout="5.x" if v5_extra else "4.x",
         fields_set=tuple(name for name, v in zip(CKP_FIELDS, values, strict=True) if v),
         account=account,

@@ -81,17 +81,32 @@ INDEX_SCHEMA = pa.schema(
 
 
 KEY_SEPARATOR = " "  # MessageConst.KEY_SEPARATOR
+INDEX_TAG_TYPE = "T"  # MessageConst.INDEX_TAG_TYPE (5.5.0+)
 
 
-def record_index_keys(topic: str, keys: str | None, uniq_key: str | None) -> list[str]:
+def tag_index_key(topic: str, tags: str) -> str:
+    """The tag key 5.5.0+ brokers also index: ``topic#T#tags``.
+
+    Not in the spec (which stops at 5.3.x); found in real 5.5.1 stores, where every
+    record with TAGS has an index entry whose hash is that of this string.
+    """
+    return f"{topic}#{INDEX_TAG_TYPE}#{tags}"
+
+
+def record_index_keys(
+    topic: str, keys: str | None, uniq_key: str | None, tags: str | None = None
+) -> list[str]:
     """The strings ``IndexService.buildIndex`` puts for one record, in order.
 
     ``topic#UNIQ_KEY`` first (if present), then ``topic#k`` for every non-empty k of
-    KEYS split on single spaces (duplicates are indexed again, as the broker does).
+    KEYS split on single spaces (duplicates are indexed again, as the broker does),
+    then, when ``tags`` is given (5.5.0+ brokers), the tag key ``topic#T#tags``.
     """
     result = [index_key(topic, uniq_key)] if uniq_key is not None else []
     if keys:
         result += [index_key(topic, k) for k in keys.split(KEY_SEPARATOR) if k]
+    if tags:
+        result.append(tag_index_key(topic, tags))
     return result
 
 

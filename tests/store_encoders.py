@@ -158,10 +158,13 @@ def checkpoint_bytes(
     master_flushed: int | None = None,
     confirm: int | None = None,
     size: int = 4096,
+    logics_physical: int | None = None,
 ) -> bytes:
     values = [physic, logics, index]
-    if master_flushed is not None or confirm is not None:
+    if master_flushed is not None or confirm is not None or logics_physical is not None:
         values += [master_flushed or 0, confirm or 0]
+    if logics_physical is not None:
+        values.append(logics_physical)
     body = struct.pack(f">{len(values)}q", *values)
     return body + bytes(size - len(body))
 

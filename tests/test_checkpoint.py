@@ -45,8 +45,16 @@ def test_v5_layout() -> None:
     assert ckp.confirm_phy_offset == 123_456 and ckp.master_flushed_offset == 0
     assert ckp.fields_set == ("physic_msg_timestamp", "logics_msg_timestamp",
                               "confirm_phy_offset")
-    assert ckp.account.decoded == 40
+    assert ckp.account.decoded == 48  # 5.x page: all six known fields are decoded
     assert ckp.min_timestamp_index == 0
+
+
+def test_logics_physical_offset_of_newer_5x() -> None:
+    """Real 5.5.1 stores set a sixth field at 40 (the CQ dispatch commitlog offset)."""
+    ckp = decode_checkpoint_bytes(checkpoint_bytes(T0, T0, T0, 0, 0, logics_physical=4374486))
+    assert ckp.layout == "5.x"
+    assert ckp.logics_physical_offset == 4374486
+    assert ckp.account.decoded == 48 and not ckp.account.unreadable
 
 
 def test_min_timestamp_floors_at_zero() -> None:
