@@ -8,8 +8,12 @@ UV          := $(VENV)/bin/uv
 UV_VERSION  := 0.13.9
 INSTALLED   := $(VENV)/.installed
 PYTEST_ARGS ?=
+STORE_CACHE ?= $(or $(RMQ_STORE_CACHE),.cache/stores)
+# The store `make run` reads: RMQ_STORE if set, else the embedded default built by the
+# real-broker harness (5.x, clean shutdown).
+RUN_STORE   ?= $(or $(RMQ_STORE),$(STORE_CACHE)/v5-clean/store)
 
-.PHONY: setup run test lint lock jars stores clean check-tools
+.PHONY: setup run test lint lock jars stores default-store clean check-tools
 
 ## setup: virtualenv with the locked Python stack + Delta jars from Maven Central
 setup: $(INSTALLED) jars
@@ -35,9 +39,15 @@ jars: $(INSTALLED)
 stores: $(INSTALLED)
 	$(PY) tests/broker_harness/stores.py
 
-## run: set up, then run the main job end to end on the embedded default store
-run: setup stores
-	$(PY) -m jobs.main
+# Only the embedded default variant, for `make run`.
+default-store: $(INSTALLED)
+	@if [ -z "$(RMQ_STORE)" ]; then $(PY) tests/broker_harness/stores.py --variants v5-clean; fi
+
+## run: set up, then run the main job end to end on the embedded default store.
+## Until the Airflow DAG exists the main job is what exists: inventory + full verification.
+run: setup default-store
+	$(VENV)/bin/rmq inspect $(RUN_STORE)
+	$(VENV)/bin/rmq verify $(RUN_STORE)
 
 ## test: set up, then run the whole test suite
 # pytest exits 5 when it collects no tests; that alone must not fail CI.

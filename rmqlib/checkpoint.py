@@ -3,7 +3,7 @@
 Both are a few big-endian i64 fields at the start of a file the broker maps as one
 4096-byte page (``OS_PAGE_SIZE``), so on disk they are 4096 bytes with the unused rest
 zero. 4.9.x writes three checkpoint fields (24 bytes); 5.x adds masterFlushedOffset
-(≥5.0.0) and confirmPhyOffset (≥5.1.1); newer 5.x (seen in real 5.5.1 stores, beyond
+(≥5.0.0) and confirmPhyOffset (≥5.1.1); newer 5.x (seen in real 5.5.0 stores, beyond
 the spec's 5.3.x) adds logicsPhysicalOffset at 40, the commitlog offset CQ dispatch
 had reached. The file does not say which version wrote it:
 a 5.x file whose extra fields are still 0 is indistinguishable from a 4.x one, so

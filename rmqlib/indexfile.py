@@ -87,7 +87,7 @@ INDEX_TAG_TYPE = "T"  # MessageConst.INDEX_TAG_TYPE (5.5.0+)
 def tag_index_key(topic: str, tags: str) -> str:
     """The tag key 5.5.0+ brokers also index: ``topic#T#tags``.
 
-    Not in the spec (which stops at 5.3.x); found in real 5.5.1 stores, where every
+    Not in the spec (which stops at 5.3.x); found in real 5.5.0 stores, where every
     record with TAGS has an index entry whose hash is that of this string.
     """
     return f"{topic}#{INDEX_TAG_TYPE}#{tags}"

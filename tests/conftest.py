@@ -1,10 +1,30 @@
-"""Shared pytest fixtures: one SparkSession for the whole run."""
+"""Shared pytest fixtures: one SparkSession and one set of real-broker stores per run."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+
+HARNESS_FIXTURES = Path(__file__).parent / "broker_harness" / "fixtures.py"
+
+
+def _load_harness_fixtures():  # type: ignore[no-untyped-def]
+    """tests/ is not a package, so load the harness fixtures module by path, once."""
+    name = "rmq_broker_harness_fixtures"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, HARNESS_FIXTURES)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+# {variant: variant dir} of the real-broker stores, built on first use (session scope).
+broker_stores = _load_harness_fixtures().broker_stores
 
 
 @pytest.fixture(scope="session")

@@ -50,7 +50,7 @@ def test_v5_layout() -> None:
 
 
 def test_logics_physical_offset_of_newer_5x() -> None:
-    """Real 5.5.1 stores set a sixth field at 40 (the CQ dispatch commitlog offset)."""
+    """Real 5.5.0 stores set a sixth field at 40 (the CQ dispatch commitlog offset)."""
     ckp = decode_checkpoint_bytes(checkpoint_bytes(T0, T0, T0, 0, 0, logics_physical=4374486))
     assert ckp.layout == "5.x"
     assert ckp.logics_physical_offset == 4374486

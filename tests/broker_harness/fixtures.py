@@ -1,0 +1,38 @@
+"""pytest fixtures for the real-broker stores: thin wrappers around ``stores.ensure_stores``.
+
+Import into a test module (or a conftest) with ``from <this module> import broker_stores``; the
+module loads ``stores.py`` by path, so it works whether or not ``tests`` is a package.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def load_stores_module():
+    """The ``stores.py`` next to this file, loaded once per interpreter."""
+    name = "rmq_broker_harness_stores"
+    mod = sys.modules.get(name)
+    if mod is None:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("stores.py"))
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return mod
+
+
+stores = load_stores_module()
+
+
+@pytest.fixture(scope="session")
+def broker_stores() -> dict[str, Path]:
+    """{variant: variant dir} for every variant; generates missing ones (a few minutes)."""
+    try:
+        return stores.ensure_stores()
+    except stores.StoreGenerationError as exc:
+        details = f"\n{exc.details}" if exc.details else ""
+        pytest.fail(f"{exc}{details}", pytrace=False)

@@ -1,0 +1,328 @@
+"""Real Apache RocketMQ broker stores with ground truth, generated on demand and cached.
+
+Each variant is produced by the Java harness next to this file (``pom.xml``; modules ``v4``
+and ``v5``): it starts a real name server and a real broker (published org.apache.rocketmq
+jars) as child JVMs on 127.0.0.1, drives a workload through the real client and records what
+happened. Layout of one variant under the cache directory::
+
+    <cache>/<variant>/store/     the broker's storePathRootDir
+    <cache>/<variant>/truth/     messages.jsonl, consumer_groups.jsonl, consumed.jsonl,
+                                 topic_stats.jsonl, run.json
+    <cache>/<variant>/logs/      name server / broker / driver logs and configs
+    <cache>/<variant>/COMPLETE   written last: JSON with the harness fingerprint
+
+Stdlib only; imports nothing from the project. Usage::
+
+    python tests/broker_harness/stores.py [--variants v4-clean,v5-killed] [--cache DIR] [--force]
+
+Library use: ``ensure_stores(variants=None, cache_dir=None) -> dict[str, pathlib.Path]``.
+The cache defaults to ``<repo>/.cache/stores``; the environment variable ``RMQ_STORE_CACHE``
+overrides it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HARNESS_DIR = Path(__file__).resolve().parent
+REPO_ROOT = HARNESS_DIR.parent.parent
+POM = HARNESS_DIR / "pom.xml"
+
+VARIANTS: tuple[str, ...] = ("v4-clean", "v4-killed", "v5-clean", "v5-killed")
+DEFAULT_VARIANT = "v5-clean"
+CACHE_ENV = "RMQ_STORE_CACHE"
+MARKER = "COMPLETE"
+
+#: Bump when this file changes how stores are generated (the Java sources and poms are
+#: fingerprinted automatically).
+HARNESS_REVISION = "1"
+
+#: Seconds one variant may take before the harness is killed.
+VARIANT_TIMEOUT = 480
+#: Seconds the Maven build may take (first build downloads the RocketMQ jars).
+MAVEN_TIMEOUT = 540
+
+DRIVER_JVM_OPTS = [
+    "-Xms256m",
+    "-Xmx512m",
+    "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1",
+    "--add-opens=java.base/java.lang=ALL-UNNAMED",
+    "--add-opens=java.base/java.nio=ALL-UNNAMED",
+    "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
+    "--add-opens=java.base/java.util=ALL-UNNAMED",
+    "--add-opens=java.base/jdk.internal.misc=ALL-UNNAMED",
+    "-Djava.net.preferIPv4Stack=true",
+]
+
+
+class StoreGenerationError(RuntimeError):
+    """Generating a store failed; ``str()`` is a one-line reason, ``details`` the log tail."""
+
+    def __init__(self, message: str, details: str = "") -> None:
+        super().__init__(message)
+        self.details = details
+
+
+# --------------------------------------------------------------------------- paths, fingerprint
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get(CACHE_ENV)
+    return Path(env).expanduser().resolve() if env else REPO_ROOT / ".cache" / "stores"
+
+
+def _fingerprinted_files() -> list[Path]:
+    files = [POM, HARNESS_DIR / "v4" / "pom.xml", HARNESS_DIR / "v5" / "pom.xml"]
+    for root in (HARNESS_DIR / "src", HARNESS_DIR / "v4" / "src", HARNESS_DIR / "v5" / "src"):
+        if root.is_dir():
+            files.extend(p for p in root.rglob("*") if p.is_file())
+    return sorted(set(files))
+
+
+def fingerprint() -> str:
+    """sha256 over the harness sources and poms (plus HARNESS_REVISION)."""
+    h = hashlib.sha256()
+    h.update(f"revision={HARNESS_REVISION}\n".encode())
+    for f in _fingerprinted_files():
+        rel = f.relative_to(HARNESS_DIR).as_posix()
+        h.update(rel.encode() + b"\0")
+        h.update(hashlib.sha256(f.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def is_complete(variant_dir: Path, fp: str) -> bool:
+    marker = variant_dir / MARKER
+    try:
+        data = json.loads(marker.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return data.get("fingerprint") == fp and (variant_dir / "truth" / "run.json").is_file()
+
+
+# --------------------------------------------------------------------------- build
+
+
+_BUILT: dict[str, bool] = {}
+
+
+def _which(tool: str) -> str:
+    path = shutil.which(tool)
+    if path is None and tool == "java" and os.environ.get("JAVA_HOME"):
+        cand = Path(os.environ["JAVA_HOME"]) / "bin" / "java"
+        path = str(cand) if cand.is_file() else None
+    if path is None:
+        raise StoreGenerationError(
+            f"{tool} not found on PATH (the broker harness needs Java 17 and Maven)")
+    return path
+
+
+def build_harness() -> None:
+    """``mvn -q -B -f tests/broker_harness/pom.xml package``, at most once per process."""
+    if _BUILT.get(str(POM)):
+        return
+    mvn = _which("mvn")
+    _which("java")
+    cmd = [mvn, "-q", "-B", "-Dstyle.color=never", "-f", str(POM), "package"]
+    try:
+        proc = subprocess.run(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              timeout=MAVEN_TIMEOUT, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise StoreGenerationError(f"Maven build timed out after {MAVEN_TIMEOUT} s") from exc
+    if proc.returncode != 0:
+        out = proc.stdout.decode("utf-8", "replace")
+        errors = [ln for ln in out.splitlines() if "ERROR" in ln]
+        first = errors[0].strip() if errors else f"exit code {proc.returncode}"
+        raise StoreGenerationError(f"Maven build of the broker harness failed: {first}",
+                                   _tail(out.splitlines(), 25))
+    for line in ("v4", "v5"):
+        if not (HARNESS_DIR / line / "target" / "classpath.txt").is_file():
+            raise StoreGenerationError(f"Maven build did not produce {line}/target/classpath.txt")
+    _BUILT[str(POM)] = True
+
+
+def _classpath(line: str) -> str:
+    target = HARNESS_DIR / line / "target"
+    deps = (target / "classpath.txt").read_text(encoding="utf-8").strip()
+    return os.pathsep.join([str(target / "classes"), deps])
+
+
+# --------------------------------------------------------------------------- generation
+
+
+def _tail(lines: list[str], n: int) -> str:
+    return "\n".join(lines[-n:])
+
+
+def _read_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+
+
+def _failure_details(tmp: Path) -> tuple[str, str]:
+    """(one-line reason, multi-line log tail) from a failed harness run."""
+    driver = _read_lines(tmp / "logs" / "driver.out")
+    reason = next((ln[len("HARNESS ERROR: "):] for ln in reversed(driver)
+                   if ln.startswith("HARNESS ERROR: ")), "")
+    parts = []
+    for name in ("broker.out", "broker.log", "namesrv.out"):
+        lines = _read_lines(tmp / "logs" / name)
+        if name == "broker.log":
+            lines = [ln for ln in lines if " ERROR " in ln or " WARN " in ln or "Exception" in ln]
+        if lines:
+            parts.append(f"--- tail of logs/{name}\n" + _tail(lines, 12))
+    parts.append("--- tail of logs/driver.out\n" + _tail(driver, 12))
+    return reason, "\n".join(parts)
+
+
+def _rmtree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def generate_variant(variant: str, cache: Path, fp: str) -> Path:
+    """Runs the harness for one variant into a temp dir, then renames it into place."""
+    if variant not in VARIANTS:
+        raise StoreGenerationError(f"unknown variant {variant!r} (known: {', '.join(VARIANTS)})")
+    build_harness()
+    line = variant.split("-", 1)[0]
+    final = cache / variant
+    tmp = cache / f".tmp-{variant}-{os.getpid()}-{int(time.time())}"
+    _rmtree(tmp)
+    (tmp / "logs").mkdir(parents=True)
+    cmd = [_which("java"), *DRIVER_JVM_OPTS, f"-Duser.home={tmp / 'work' / 'home'}",
+           "-cp", _classpath(line), "rmqharness.Harness",
+           "--variant", variant, "--out", str(tmp), "--timeout", str(VARIANT_TIMEOUT - 60)]
+    env = {k: v for k, v in os.environ.items() if k not in ("NAMESRV_ADDR", "JAVA_TOOL_OPTIONS")}
+    started = time.time()
+    with open(tmp / "logs" / "driver.out", "wb") as out:
+        proc = subprocess.Popen(cmd, cwd=tmp, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+        try:
+            rc = proc.wait(timeout=VARIANT_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            rc = None
+        finally:
+            # the driver's process group holds the name server and broker JVMs too
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    duration = time.time() - started
+    if rc != 0 or not (tmp / "truth" / "run.json").is_file():
+        reason, details = _failure_details(tmp)
+        failed = cache / f"{variant}.failed"
+        _rmtree(failed)
+        with contextlib.suppress(OSError):
+            os.rename(tmp, failed)
+        if rc is None:
+            reason = f"timed out after {VARIANT_TIMEOUT} s" + (f" ({reason})" if reason else "")
+        raise StoreGenerationError(
+            f"generating {variant} failed: {reason or f'harness exit code {rc}'} "
+            f"(logs in {failed}/logs)",
+            details)
+    _rmtree(tmp / "work")
+    marker = {"fingerprint": fp, "variant": variant, "harnessRevision": HARNESS_REVISION,
+              "generatedAt": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+              "durationSec": round(duration, 1)}
+    (tmp / MARKER).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
+    if final.exists():
+        trash = cache / f".trash-{variant}-{os.getpid()}-{int(time.time())}"
+        os.rename(final, trash)
+        _rmtree(trash)
+    os.rename(tmp, final)
+    return final
+
+
+@contextlib.contextmanager
+def _cache_lock(cache: Path):
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / ".lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def ensure_stores(variants=None, cache_dir=None, *, force: bool = False,
+                  log=None) -> dict[str, Path]:
+    """Returns {variant: variant dir}, generating missing or stale variants first.
+
+    A variant is reused when its ``COMPLETE`` marker records the current harness fingerprint.
+    Generation writes into ``<cache>/.tmp-*`` and renames into place, so an interrupted run never
+    leaves a directory that looks complete. Raises StoreGenerationError on failure.
+    """
+    names = list(VARIANTS if variants is None else variants)
+    for v in names:
+        if v not in VARIANTS:
+            raise StoreGenerationError(f"unknown variant {v!r} (known: {', '.join(VARIANTS)})")
+    cache = Path(cache_dir).expanduser().resolve() if cache_dir else default_cache_dir()
+    fp = fingerprint()
+    result: dict[str, Path] = {}
+    with _cache_lock(cache):
+        # leftovers of interrupted runs (never complete: they were not renamed into place)
+        for stale in list(cache.glob(".tmp-*")) + list(cache.glob(".trash-*")):
+            _rmtree(stale)
+        for v in names:
+            vdir = cache / v
+            if not force and is_complete(vdir, fp):
+                result[v] = vdir
+                continue
+            if log:
+                log(f"generating {v} into {vdir} ...")
+            t = time.time()
+            result[v] = generate_variant(v, cache, fp)
+            if log:
+                log(f"generated {v} in {time.time() - t:.0f} s")
+    return result
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Generate (or reuse) real RocketMQ broker stores.")
+    ap.add_argument("--variants", default=",".join(VARIANTS),
+                    help=f"comma-separated subset of {','.join(VARIANTS)}")
+    ap.add_argument("--cache", default=None,
+                    help=f"cache directory (default ${CACHE_ENV} or .cache/stores)")
+    ap.add_argument("--force", action="store_true",
+                    help="regenerate even if a complete store exists")
+    args = ap.parse_args(argv)
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+
+    def log(msg: str) -> None:
+        print(f"stores.py: {msg}", file=sys.stderr, flush=True)
+
+    try:
+        paths = ensure_stores(variants, args.cache, force=args.force, log=log)
+    except StoreGenerationError as exc:
+        print(f"stores.py: error: {exc}", file=sys.stderr)
+        if exc.details:
+            print("\n".join("  | " + ln for ln in exc.details.splitlines()), file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("stores.py: interrupted", file=sys.stderr)
+        return 130
+    except OSError as exc:
+        print(f"stores.py: error: {exc}", file=sys.stderr)
+        return 1
+    for v, p in paths.items():
+        print(f"{v}\t{p}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+package rmqharness;
+
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import org.apache.rocketmq.remoting.protocol.admin.ConsumeStats;
+import org.apache.rocketmq.remoting.protocol.admin.OffsetWrapper;
+import org.apache.rocketmq.remoting.protocol.admin.TopicOffset;
+import org.apache.rocketmq.remoting.protocol.admin.TopicStatsTable;
+import org.apache.rocketmq.client.impl.CommunicationMode;
+import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.SendResult;
+import org.apache.rocketmq.common.message.Message;
+import org.apache.rocketmq.common.message.MessageClientIDSetter;
+import org.apache.rocketmq.common.message.MessageDecoder;
+import org.apache.rocketmq.common.message.MessageQueue;
+import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
+import org.apache.rocketmq.remoting.protocol.header.SendMessageRequestHeader;
+
+/** RocketMQ 5.x specifics: admin result classes moved to org.apache.rocketmq.remoting.protocol.admin; timer messages. */
+final class Compat {
+    static final String LINE = "5";
+
+    private Compat() {
+    }
+
+    /** Timer messages: TIMER_DELAY_SEC property, stored first in rmq_sys_wheel_timer. */
+    static boolean supportsTimer() {
+        return true;
+    }
+
+    static void setTimerDelaySec(Message msg, long sec) {
+        msg.setDelayTimeSec(sec);
+    }
+
+    /** Whether the broker accepts a message with an empty body: 5.5.0 answers SYSTEM_ERROR (NullPointerException in AbstractSendMessageProcessor.buildMsgContext). */
+    static boolean brokerAcceptsEmptyBody() {
+        return false;
+    }
+
+    static List<Map<String, Object>> consumeStats(DefaultMQAdminExt admin, String group) throws Exception {
+        ConsumeStats stats = admin.examineConsumeStats(group);
+        List<Map<String, Object>> rows = new ArrayList<>();
+        for (Map.Entry<MessageQueue, OffsetWrapper> e : stats.getOffsetTable().entrySet()) {
+            Map<String, Object> row = new LinkedHashMap<>();
+            row.put("topic", e.getKey().getTopic());
+            row.put("brokerName", e.getKey().getBrokerName());
+            row.put("queueId", e.getKey().getQueueId());
+            row.put("brokerOffset", e.getValue().getBrokerOffset());
+            row.put("consumerOffset", e.getValue().getConsumerOffset());
+            row.put("diff", e.getValue().getBrokerOffset() - e.getValue().getConsumerOffset());
+            row.put("lastTimestamp", e.getValue().getLastTimestamp());
+            row.put("pullOffset", e.getValue().getPullOffset());
+            rows.add(row);
+        }
+        return rows;
+    }
+
+    static List<Map<String, Object>> topicStats(DefaultMQAdminExt admin, String topic) throws Exception {
+        TopicStatsTable table = admin.examineTopicStats(topic);
+        List<Map<String, Object>> rows = new ArrayList<>();
+        for (Map.Entry<MessageQueue, TopicOffset> e : table.getOffsetTable().entrySet()) {
+            Map<String, Object> row = new LinkedHashMap<>();
+            row.put("topic", e.getKey().getTopic());
+            row.put("brokerName", e.getKey().getBrokerName());
+            row.put("queueId", e.getKey().getQueueId());
+            row.put("minOffset", e.getValue().getMinOffset());
+            row.put("maxOffset", e.getValue().getMaxOffset());
+            row.put("lastUpdateTimestamp", e.getValue().getLastUpdateTimestamp());
+            rows.add(row);
+        }
+        return rows;
+    }
+
+    /**
+     * Sends one message through the client's remoting layer (MQClientAPIImpl.sendMessage), i.e. the
+     * same request DefaultMQProducer builds, minus the client-side Validators check. Used only for
+     * empty bodies, which Validators.checkMessage rejects but the broker stores fine.
+     */
+    static SendResult sendRaw(DefaultMQProducer producer, Message msg, String brokerAddr, String brokerName,
+        int queueId) throws Exception {
+        MessageClientIDSetter.setUniqID(msg);
+        SendMessageRequestHeader h = new SendMessageRequestHeader();
+        h.setProducerGroup(producer.getProducerGroup());
+        h.setTopic(msg.getTopic());
+        h.setDefaultTopic(producer.getCreateTopicKey());
+        h.setDefaultTopicQueueNums(producer.getDefaultTopicQueueNums());
+        h.setQueueId(queueId);
+        h.setSysFlag(0);
+        h.setBornTimestamp(System.currentTimeMillis());
+        h.setFlag(msg.getFlag());
+        h.setProperties(MessageDecoder.messageProperties2String(msg.getProperties()));
+        h.setReconsumeTimes(0);
+        h.setUnitMode(false);
+        h.setBatch(false);
+        h.setBrokerName(brokerName);
+        return producer.getDefaultMQProducerImpl().getMqClientFactory().getMQClientAPIImpl().sendMessage(
+            brokerAddr, brokerName, msg, h, producer.getSendMsgTimeout(), CommunicationMode.SYNC, null,
+            producer.getDefaultMQProducerImpl());
+    }
+}
