@@ -1,0 +1,375 @@
+"""``rmq``: inspect, dump, look up and verify a RocketMQ broker store offline.
+
+In the spirit of Kafka's DumpLogSegments: one command, clear modes, human-readable lines
+by default and ``--json`` lines for machines. Exit codes:
+
+  0  success (verify: no errors)          1  verify found errors / get found nothing
+  2  bad command line                      3  bad input: missing path, not a store file
+  4  unexpected internal error (set RMQ_DEBUG=1 for the traceback)
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import dataclasses
+import hashlib
+import json
+import os
+import sys
+import traceback
+from collections.abc import Callable, Iterable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rmqlib import config as cfg
+from rmqlib.checkpoint import read_checkpoint
+from rmqlib.commitlog import CommitLogRecord, read_record_at, scan_segment, scan_store
+from rmqlib.consumequeue import CQ_UNIT_SIZE, decode_cq_file
+from rmqlib.errors import StoreError
+from rmqlib.indexfile import IndexFile, list_index_files
+from rmqlib.inventory import take_inventory
+from rmqlib.msgid import decode_offset_msg_id
+from rmqlib.segments import list_segments
+from rmqlib.verify import verify_store
+
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3, 4
+
+
+class CliError(Exception):
+    """A problem with what the user asked for, reported as one line (exit 3)."""
+
+
+# --------------------------------------------------------------------------- output
+
+
+def emit(args: argparse.Namespace, row: dict[str, Any], text: str) -> None:
+    print(json.dumps(row, ensure_ascii=False, default=str) if args.json else text)
+
+
+def millis(value: int) -> str:
+    try:
+        return datetime.fromtimestamp(value / 1000, UTC).isoformat(timespec="milliseconds")
+    except (OverflowError, OSError, ValueError):
+        return str(value)
+
+
+def record_row(record: CommitLogRecord, with_body: bool = False) -> dict[str, Any]:
+    """A record as a JSON-ready dict: every header field, properties, body digest."""
+    row: dict[str, Any] = {
+        "file": record.path, "position": record.position,
+        "physical_offset": record.physical_offset, "total_size": record.total_size,
+        "message_version": record.version, "topic": record.topic, "queue_id": record.queue_id,
+        "queue_offset": record.queue_offset, "sysflag": record.sysflag,
+        "transaction_type": record.transaction_type.name,
+        "compression": record.compression, "flag": record.flag,
+        "born_timestamp": record.born_timestamp, "born_host": record.born_address,
+        "store_timestamp": record.store_timestamp, "store_host": record.store_address,
+        "reconsume_times": record.reconsume_times,
+        "prepared_transaction_offset": record.prepared_transaction_offset,
+        "tags": record.tags, "keys": record.keys, "uniq_key": record.uniq_key,
+        "offset_msg_id": record.offset_msg_id, "properties": dict(record.properties),
+        "body_length": record.body_length, "body_crc": record.body_crc,
+        "body_crc_ok": record.body_crc_ok, "property_crc_ok": record.property_crc_ok,
+    }
+    body = record.decompressed_body()
+    row["body_sha256"] = hashlib.sha256(body).hexdigest()
+    if with_body:
+        try:
+            row["body"] = body.decode("utf-8")
+        except UnicodeDecodeError:
+            row["body_base64"] = base64.b64encode(body).decode("ascii")
+    return row
+
+
+def record_line(record: CommitLogRecord) -> str:
+    crc = {True: "ok", False: "MISMATCH", None: "unchecked"}[record.body_crc_ok]
+    return (f"offset: {record.physical_offset} position: {record.position} "
+            f"size: {record.total_size} v{record.version} topic: {record.topic} "
+            f"queue: {record.queue_id} queueOffset: {record.queue_offset} "
+            f"tx: {record.transaction_type.name} storeTime: {millis(record.store_timestamp)} "
+            f"tags: {record.tags} keys: {record.keys} uniqKey: {record.uniq_key} "
+            f"msgId: {record.offset_msg_id} crc: {crc}")
+
+
+def window(rows: Iterable[Any], offset: int, limit: int | None) -> Iterator[Any]:
+    """Skip ``offset`` rows and stop after ``limit``."""
+    for index, row in enumerate(rows):
+        if index < offset:
+            continue
+        if limit is not None and index >= offset + limit:
+            return
+        yield row
+
+
+def existing(path: str) -> Path:
+    resolved = Path(path)
+    if not resolved.exists():
+        raise CliError(f"no such file or directory: {path}")
+    return resolved
+
+
+# --------------------------------------------------------------------------- inspect
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    inventory = take_inventory(existing(args.store))
+    summary = {
+        "store": str(inventory.root), "generation": inventory.generation,
+        "evidence": inventory.evidence, "features": sorted(inventory.features),
+        "totals": inventory.totals(), "queues": len(inventory.queues),
+        "not_decoded": [{"path": str(where), "reason": reason, "files": files, "bytes": size}
+                        for where, reason, files, size in inventory.not_decoded_groups()],
+    }
+    if args.json:
+        print(json.dumps(summary, ensure_ascii=False))
+        return EXIT_OK
+    print(f"store: {inventory.root}")
+    print(f"generation: {inventory.generation}  ({'; '.join(inventory.evidence)})")
+    print(f"features: {', '.join(sorted(inventory.features)) or 'none'}")
+    print(f"consume queues: {len(inventory.queues)} "
+          f"over {len({t for t, _ in inventory.queues})} topics")
+    for kind, total in inventory.totals().items():
+        print(f"  {kind:<18} {total['files']:>6} files {total['bytes']:>14,} bytes")
+    for item in summary["not_decoded"]:
+        print(f"present, not decoded: {item['path']} ({item['files']} files): {item['reason']}")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- dump
+
+
+def dump_commitlog(args: argparse.Namespace) -> int:
+    path = existing(args.path)
+    crc = not args.no_crc
+    if path.is_file():
+        records: Iterable[CommitLogRecord] = scan_segment(path, verify_crc=crc)
+    else:
+        directory = path / "commitlog" if (path / "commitlog").is_dir() else path
+        records = scan_store(directory, verify_crc=crc)
+    for record in window(records, args.offset, args.limit):
+        emit(args, record_row(record, args.body), record_line(record))
+    return EXIT_OK
+
+
+def dump_consumequeue(args: argparse.Namespace) -> int:
+    path = existing(args.path)
+    files = [path] if path.is_file() else [seg.path for seg in list_segments(path)]
+    def units() -> Iterator[tuple[str, Any]]:
+        for file in files:
+            decode = decode_cq_file(file)
+            for unit in decode.units():
+                yield decode.path, unit
+    for file, unit in window(units(), args.offset, args.limit):
+        row = {"file": file, **dataclasses.asdict(unit)}
+        emit(args, row, " ".join(f"{key}: {value}" for key, value in row.items()))
+    return EXIT_OK
+
+
+def dump_index(args: argparse.Namespace) -> int:
+    path = existing(args.path)
+    files = [path] if path.is_file() else [info.path for info in list_index_files(path).files]
+    for file in files:
+        with IndexFile.open(file) as index:
+            header = {"file": str(file), **dataclasses.asdict(index.header)}
+            emit(args, {"header": header}, " ".join(f"{k}: {v}" for k, v in header.items()))
+            for entry in window(index.entries(), args.offset, args.limit):
+                row = dataclasses.asdict(entry)
+                emit(args, row, " ".join(f"{key}: {value}" for key, value in row.items()))
+    return EXIT_OK
+
+
+def dump_config(args: argparse.Namespace) -> int:
+    path = existing(args.path)
+    files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+    for file in files:
+        if file.suffix in (".bak", ".tmp") or file.name == "timercheck":
+            continue
+        document = cfg.load_config_json(file)
+        row = {"file": str(file), "source": dataclasses.asdict(document.source),
+               "data": document.data}
+        emit(args, row, f"== {file} (read from {document.source.used})\n"
+             + json.dumps(document.data, indent=2, ensure_ascii=False))
+    return EXIT_OK
+
+
+def dump_checkpoint(args: argparse.Namespace) -> int:
+    path = existing(args.path)
+    state = read_checkpoint(path / "checkpoint" if path.is_dir() else path)
+    row = {k: v for k, v in dataclasses.asdict(state).items() if k != "account"}
+    text = "\n".join(f"{key}: {value}" + (f" ({millis(value)})" if "timestamp" in key and value
+                                            else "") for key, value in row.items())
+    emit(args, row, text)
+    return EXIT_OK
+
+
+DUMPERS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "commitlog": dump_commitlog, "consumequeue": dump_consumequeue, "cq": dump_consumequeue,
+    "index": dump_index, "config": dump_config, "checkpoint": dump_checkpoint,
+}
+
+
+def cmd_dump(args: argparse.Namespace) -> int:
+    return DUMPERS[args.what](args)
+
+
+# --------------------------------------------------------------------------- get
+
+
+def find_by_queue(store: Path, topic: str, queue_id: int, queue_offset: int) -> int:
+    """Physical offset of the unit at ``queue_offset`` of ``topic``/``queue_id``."""
+    queue_dir = store / "consumequeue" / topic / str(queue_id)
+    byte_offset = queue_offset * CQ_UNIT_SIZE
+    for segment in list_segments(existing(str(queue_dir))):
+        if segment.start <= byte_offset < segment.end:
+            decode = decode_cq_file(segment.path, topic=topic, queue_id=queue_id)
+            for unit in decode.units():
+                if unit.queue_offset == queue_offset:
+                    return unit.commitlog_offset
+    raise CliError(f"{topic}/{queue_id} has no unit at queue offset {queue_offset}")
+
+
+def find_by_key(store: Path, topic: str, key: str) -> list[int]:
+    """Physical offsets the index lists for ``topic#key`` (hash matches, unconfirmed)."""
+    offsets: list[int] = []
+    for info in list_index_files(store / "index").files:
+        with IndexFile.open(info.path) as index:
+            offsets.extend(index.lookup_key(topic, key).offsets)
+    return sorted(set(offsets))
+
+
+def records_for(store: Path, offsets: Iterable[int]) -> Iterator[CommitLogRecord]:
+    for offset in offsets:
+        yield read_record_at(store / "commitlog", offset)
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    store = existing(args.store)
+    matches: list[CommitLogRecord]
+    if args.phys is not None:
+        matches = [read_record_at(store / "commitlog", args.phys)]
+    elif args.queue:
+        topic, queue_id, queue_offset = args.queue
+        matches = list(records_for(store, [find_by_queue(store, topic, int(queue_id),
+                                                         int(queue_offset))]))
+    elif args.key is not None:
+        if not args.topic:
+            raise CliError("--key needs --topic (the index hashes topic#key)")
+        matches = [r for r in records_for(store, find_by_key(store, args.topic, args.key))
+                   if args.key in r.keys]
+    else:
+        matches = get_by_msg_id(store, args.msg_id, args.topic)
+    for record in matches:
+        emit(args, record_row(record, args.body), record_line(record))
+    if not matches:
+        print("no matching message", file=sys.stderr)
+        return EXIT_FINDINGS
+    return EXIT_OK
+
+
+def get_by_msg_id(store: Path, msg_id: str, topic: str | None) -> list[CommitLogRecord]:
+    """An offsetMsgId names its record's offset; a UNIQ_KEY is found via the index
+    (with --topic) or, without a topic, by scanning the commitlog."""
+    try:
+        decoded = decode_offset_msg_id(msg_id)
+        record = read_record_at(store / "commitlog", decoded.commitlog_offset)
+        if record.offset_msg_id.upper() == msg_id.upper():
+            return [record]
+    except StoreError:
+        pass
+    if topic:
+        return [r for r in records_for(store, find_by_key(store, topic, msg_id))
+                if r.uniq_key == msg_id]
+    print("no --topic given: scanning the whole commitlog for UNIQ_KEY", file=sys.stderr)
+    return [r for r in scan_store(store / "commitlog", verify_crc=False) if r.uniq_key == msg_id]
+
+
+# --------------------------------------------------------------------------- verify
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    report = verify_store(existing(args.store), verify_crc=not args.no_crc)
+    if args.json:
+        for finding in report.findings:
+            print(json.dumps(finding.as_dict(), ensure_ascii=False))
+        print(json.dumps({"summary": dict(report.counts), "errors": len(report.errors),
+                          "warnings": len(report.warnings)}))
+        return EXIT_OK if report.ok else EXIT_FINDINGS
+    shown = report.findings[: args.max_findings]
+    for finding in shown:
+        where = f"{finding.path or ''}{'' if finding.offset is None else f'@{finding.offset}'}"
+        print(f"{finding.severity.upper():7} {finding.check:<16} {where} {finding.message}")
+    if len(report.findings) > len(shown):
+        print(f"... {len(report.findings) - len(shown)} more findings (--max-findings)")
+    counts = report.counts
+    print(f"verified {report.root} ({report.inventory.generation}): "
+          f"{counts['commitlog_records']} commitlog records, {counts['cq_units']} "
+          f"consume-queue units, {counts['index_entries']} index entries, "
+          f"{counts['consumer_offsets']} consumer offsets, {len(report.accounts)} files "
+          f"accounted; {len(report.errors)} errors, {len(report.warnings)} warnings")
+    print("OK" if report.ok else "FAILED")
+    return EXIT_OK if report.ok else EXIT_FINDINGS
+
+
+# --------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rmq", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    inspect = sub.add_parser("inspect", help="inventory of a store and totals")
+    inspect.add_argument("store")
+    inspect.set_defaults(func=cmd_inspect)
+
+    dump = sub.add_parser("dump", help="print the contents of store files")
+    dump.add_argument("what", choices=sorted(DUMPERS))
+    dump.add_argument("path", help="a file, its directory, or (commitlog) the store root")
+    dump.add_argument("--offset", type=int, default=0, help="skip this many rows")
+    dump.add_argument("--limit", type=int, default=None, help="print at most this many rows")
+    dump.add_argument("--no-crc", action="store_true", help="skip CRC verification")
+    dump.add_argument("--body", action="store_true", help="include message bodies")
+    dump.set_defaults(func=cmd_dump)
+
+    get = sub.add_parser("get", help="find one message")
+    get.add_argument("store")
+    how = get.add_mutually_exclusive_group(required=True)
+    how.add_argument("--phys", type=int, help="commitlog physical offset")
+    how.add_argument("--queue", nargs=3, metavar=("TOPIC", "QUEUE_ID", "QUEUE_OFFSET"))
+    how.add_argument("--key", help="a message key (needs --topic)")
+    how.add_argument("--msg-id", help="offsetMsgId or UNIQ_KEY")
+    get.add_argument("--topic", help="topic for --key / UNIQ_KEY index lookups")
+    get.add_argument("--body", action="store_true", help="include the message body")
+    get.set_defaults(func=cmd_get)
+
+    verify = sub.add_parser("verify", help="check every invariant; exit 1 on any error")
+    verify.add_argument("store")
+    verify.add_argument("--no-crc", action="store_true", help="skip CRC verification")
+    verify.add_argument("--max-findings", type=int, default=50)
+    verify.set_defaults(func=cmd_verify)
+
+    for command in (inspect, dump, get, verify):
+        command.add_argument("--json", action="store_true", help="JSON lines output")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (CliError, StoreError) as error:
+        print(f"rmq: error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except BrokenPipeError:
+        return EXIT_OK
+    except Exception as error:
+        if os.environ.get("RMQ_DEBUG"):
+            traceback.print_exc()
+        print(f"rmq: internal error: {type(error).__name__}: {error} "
+              "(set RMQ_DEBUG=1 for the traceback)", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,304 @@
+"""Store inventory: walk a broker store root once and say what every file is.
+
+Every file under the root gets exactly one :class:`FileKind`; nothing is skipped, so
+an unexpected file shows up as ``UNKNOWN`` rather than disappearing. Files rmqlib knows
+but does not decode (RocksDB metadata or consume queues of 5.x ``storeType=defaultRocksDB``,
+timer wheel, compaction logs, DLedger) are listed as "present, not decoded" with a
+message. The broker generation (4.x or 5.x) is inferred from evidence that only one
+of them writes (spec §9), and each piece of evidence is reported.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+from rmqlib.errors import NotAStoreFileError
+
+SEGMENT_NAME = re.compile(r"^\d{20}$")
+INDEX_NAME = re.compile(r"^\d{17}$")
+QUEUE_ID_NAME = re.compile(r"^\d+$")
+ROCKSDB_NAME = re.compile(
+    r"^(CURRENT|IDENTITY|LOCK|LOG(\.old\.\d+)?|MANIFEST-\d+|OPTIONS-\d+|\d+\.(sst|log|blob))$"
+)
+
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+TIMER_TOPIC = "rmq_sys_wheel_timer"
+
+
+class FileKind(StrEnum):
+    COMMITLOG = "commitlog"
+    CONSUME_QUEUE = "consumequeue"
+    CONSUME_QUEUE_EXT = "consumequeue_ext"
+    BATCH_CONSUME_QUEUE = "batchconsumequeue"
+    INDEX = "index"
+    CHECKPOINT = "checkpoint"
+    ABORT = "abort"
+    LOCK = "lock"
+    CONFIG_JSON = "config"
+    CONFIG_BACKUP = "config_backup"
+    CONFIG_TMP = "config_tmp"
+    TIMERCHECK = "timercheck"
+    # Present, not decoded by rmqlib:
+    ROCKSDB = "rocksdb"
+    TIMER_WHEEL = "timer_wheel"
+    TIMER_LOG = "timer_log"
+    COMPACTION = "compaction"
+    HA_STATE = "ha_state"
+    DLEDGER = "dledger"
+    UNKNOWN = "unknown"
+
+
+NOT_DECODED: dict[FileKind, str] = {
+    FileKind.ROCKSDB: "RocksDB data (5.x): present, not decoded",
+    FileKind.TIMER_WHEEL: "5.x timer wheel: present, not decoded",
+    FileKind.TIMER_LOG: "5.x timer log: present, not decoded",
+    FileKind.COMPACTION: "5.x compaction log of a COMPACTION topic: present, not decoded",
+    FileKind.HA_STATE: "controller-mode HA state: present, not decoded",
+    FileKind.DLEDGER: "DLedger commitlog (different framing): present, not decoded",
+    FileKind.UNKNOWN: "not a file a RocketMQ broker writes here",
+}
+
+
+ROCKSDB_REASONS: dict[str, str] = {
+    "consumequeue": "RocksDB consume queue (5.x storeType=defaultRocksDB): present, not "
+    "decoded; queue positions held only in RocksDB are not read",
+    "config": "RocksDB metadata (5.x storeType=defaultRocksDB / configManagerVersion=v2): "
+    "present, not decoded; topics, groups or offsets held only there are not read",
+    "kvStore": "RocksDB pop-consumer state (5.x kvStore): present, not decoded",
+    "rocksdbstore": "RocksDB state store (5.5.x rocksdbstore/): present, not decoded",
+}
+
+
+@dataclass(frozen=True)
+class StoreFile:
+    """One file of the store, classified."""
+
+    path: Path  # relative to the store root
+    kind: FileKind
+    size: int
+    topic: str | None = None
+    queue_id: int | None = None
+
+    @property
+    def decoded(self) -> bool:
+        return self.kind not in NOT_DECODED
+
+    @property
+    def not_decoded_reason(self) -> str | None:
+        """Why rmqlib leaves this file alone, naming what is therefore not read."""
+        if self.decoded:
+            return None
+        if self.kind is FileKind.ROCKSDB:
+            return ROCKSDB_REASONS.get(self.path.parts[0], NOT_DECODED[self.kind])
+        return NOT_DECODED[self.kind]
+
+
+@dataclass
+class Inventory:
+    """Everything found under one store root."""
+
+    root: Path
+    files: list[StoreFile] = field(default_factory=list)
+    generation: str = "unknown"  # "4.x", "5.x" or "unknown"
+    evidence: list[str] = field(default_factory=list)
+    features: set[str] = field(default_factory=set)
+
+    def of_kind(self, kind: FileKind) -> list[StoreFile]:
+        return [f for f in self.files if f.kind is kind]
+
+    @property
+    def not_decoded(self) -> list[tuple[StoreFile, str]]:
+        return [(f, f.not_decoded_reason or "") for f in self.files if not f.decoded]
+
+    def not_decoded_groups(self) -> list[tuple[Path, str, int, int]]:
+        """Not-decoded files grouped by top directory and reason: (dir, reason, files, bytes)."""
+        groups: dict[tuple[Path, str], list[int]] = {}
+        for f, reason in self.not_decoded:
+            key = (Path(f.path.parts[0]), reason)
+            groups.setdefault(key, []).append(f.size)
+        return [(where, reason, len(sizes), sum(sizes))
+                for (where, reason), sizes in sorted(groups.items())]
+
+    @property
+    def queues(self) -> list[tuple[str, int]]:
+        """(topic, queue id) of every consume queue with at least one file."""
+        return sorted({(f.topic, f.queue_id) for f in self.of_kind(FileKind.CONSUME_QUEUE)
+                       if f.topic is not None and f.queue_id is not None})
+
+    def totals(self) -> dict[str, dict[str, int]]:
+        counts: Counter[str] = Counter()
+        sizes: Counter[str] = Counter()
+        for f in self.files:
+            counts[f.kind.value] += 1
+            sizes[f.kind.value] += f.size
+        return {kind: {"files": counts[kind], "bytes": sizes[kind]} for kind in sorted(counts)}
+
+
+def classify(relative: Path, size: int) -> StoreFile:
+    """Classify one file by its path relative to the store root."""
+    parts = relative.parts
+    top, name = parts[0], parts[-1]
+    kind = FileKind.UNKNOWN
+    topic: str | None = None
+    queue_id: int | None = None
+    if len(parts) == 1:
+        kind = _classify_root_file(name)
+    elif top == "commitlog" and len(parts) == 2 and SEGMENT_NAME.match(name):
+        kind = FileKind.COMMITLOG
+    elif top in ("consumequeue", "consumequeue_ext", "batchconsumequeue"):
+        kind, topic, queue_id = _classify_queue_file(parts)
+    elif top == "index" and len(parts) == 2 and INDEX_NAME.match(name):
+        kind = FileKind.INDEX
+    elif top == "config":
+        kind = _classify_config_file(parts)
+    elif top == "timerlog":
+        kind = FileKind.TIMER_LOG
+    elif top == "compaction":
+        kind = FileKind.COMPACTION
+    elif top in ("kvStore", "rocksdbstore"):  # rocksdbstore/: seen in 5.5.x stores
+        kind = FileKind.ROCKSDB
+    elif top.startswith("dledger"):
+        kind = FileKind.DLEDGER
+    return StoreFile(relative, kind, size, topic, queue_id)
+
+
+def _classify_root_file(name: str) -> FileKind:
+    return {
+        "checkpoint": FileKind.CHECKPOINT,
+        "abort": FileKind.ABORT,
+        "abort.bak": FileKind.ABORT,
+        "lock": FileKind.LOCK,
+        "timerwheel": FileKind.TIMER_WHEEL,
+        "epochFileCheckpoint": FileKind.HA_STATE,
+        "epochFileCheckpoint.bak": FileKind.HA_STATE,
+        "brokerIdentity": FileKind.HA_STATE,
+    }.get(name, FileKind.UNKNOWN)
+
+
+def _classify_queue_file(parts: tuple[str, ...]) -> tuple[FileKind, str | None, int | None]:
+    kind = {
+        "consumequeue": FileKind.CONSUME_QUEUE,
+        "consumequeue_ext": FileKind.CONSUME_QUEUE_EXT,
+        "batchconsumequeue": FileKind.BATCH_CONSUME_QUEUE,
+    }[parts[0]]
+    if len(parts) == 2 and ROCKSDB_NAME.match(parts[1]):
+        return FileKind.ROCKSDB, None, None
+    if len(parts) == 4 and QUEUE_ID_NAME.match(parts[2]) and SEGMENT_NAME.match(parts[3]):
+        return kind, parts[1], int(parts[2])
+    if parts[0] == "consumequeue" and len(parts) >= 2 and ROCKSDB_NAME.match(parts[-1]):
+        return FileKind.ROCKSDB, None, None
+    return FileKind.UNKNOWN, None, None
+
+
+def _classify_config_file(parts: tuple[str, ...]) -> FileKind:
+    if len(parts) > 2:  # config/topics/, config/rdb/ ...: RocksDB metadata (5.x)
+        return FileKind.ROCKSDB
+    name = parts[1]
+    if name == "timercheck":
+        return FileKind.TIMERCHECK
+    if name.endswith(".bak"):
+        return FileKind.CONFIG_BACKUP
+    if name.endswith(".tmp"):
+        return FileKind.CONFIG_TMP
+    if name.endswith(".json") or name in ("timermetrics", "transactionMetrics"):
+        return FileKind.CONFIG_JSON
+    return FileKind.UNKNOWN
+
+
+def take_inventory(root: str | Path) -> Inventory:
+    """Walk ``root`` (a broker storePathRootDir) and classify every file under it."""
+    root = Path(root)
+    if not root.is_dir():
+        raise NotAStoreFileError("store root is not a directory", path=root)
+    inventory = Inventory(root)
+    for directory, subdirs, filenames in os.walk(root):
+        subdirs.sort()
+        for filename in sorted(filenames):
+            absolute = Path(directory, filename)
+            inventory.files.append(
+                classify(absolute.relative_to(root), absolute.lstat().st_size)
+            )
+    if not any(f.kind in (FileKind.COMMITLOG, FileKind.CONSUME_QUEUE, FileKind.CHECKPOINT)
+               for f in inventory.files):
+        raise NotAStoreFileError(
+            "not a RocketMQ store: no commitlog, consumequeue or checkpoint found", path=root
+        )
+    inventory.features = detect_features(inventory)
+    inventory.generation, inventory.evidence = detect_generation(inventory)
+    return inventory
+
+
+def detect_features(inventory: Inventory) -> set[str]:
+    """Broker features whose traces are visible in the file tree."""
+    topics = {f.topic for f in inventory.files if f.topic}
+    kinds = {f.kind for f in inventory.files}
+    checks = {
+        "delayed_messages": SCHEDULE_TOPIC in topics,
+        "transactions": bool({TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC} & topics),
+        "retry": any(t.startswith("%RETRY%") for t in topics),
+        "dead_letter": any(t.startswith("%DLQ%") for t in topics),
+        "lmq": any(t.startswith("%LMQ%") for t in topics),
+        "pop": any(t.startswith("rmq_sys_REVIVE_LOG_") for t in topics),
+        "timer": TIMER_TOPIC in topics or FileKind.TIMER_LOG in kinds,
+        "batch_consume_queue": FileKind.BATCH_CONSUME_QUEUE in kinds,
+        "consume_queue_ext": FileKind.CONSUME_QUEUE_EXT in kinds,
+        "compaction": FileKind.COMPACTION in kinds,
+        "rocksdb": FileKind.ROCKSDB in kinds,
+        "abnormal_shutdown": any(f.path == Path("abort") for f in inventory.files),
+    }
+    return {name for name, present in checks.items() if present}
+
+
+def detect_generation(inventory: Inventory) -> tuple[str, list[str]]:
+    """Infer 4.x or 5.x from traces only one generation leaves (spec §9)."""
+    root = inventory.root
+    five: list[str] = []
+    names = {f.path.as_posix() for f in inventory.files}
+    for path in ("abort.bak", "timerwheel", "config/timercheck", "config/timermetrics"):
+        if path in names:
+            five.append(f"{path} exists (5.x only)")
+    if "abort" in names and (root / "abort").read_bytes().strip():
+        five.append("abort holds a PID (5.x writes its PID; 4.x leaves it empty)")
+    if {FileKind.TIMER_LOG, FileKind.BATCH_CONSUME_QUEUE, FileKind.COMPACTION,
+            FileKind.ROCKSDB} & {f.kind for f in inventory.files}:
+        five.append("5.x-only directories present (timerlog/batchconsumequeue/compaction/RocksDB)")
+    five.extend(_config_evidence(root))
+    four = _four_evidence(root, names)
+    if five:
+        return "5.x", five
+    if four:
+        return "4.x", four
+    return "unknown", ["no generation-specific trace found"]
+
+
+def _config_evidence(root: Path) -> list[str]:
+    evidence = []
+    for name in ("topics.json", "consumerOffset.json", "subscriptionGroup.json"):
+        text = _read_text(root / "config" / name)
+        if text and '"stateVersion"' in text:
+            evidence.append(f"config/{name} dataVersion has stateVersion (5.x only)")
+            break
+    return evidence
+
+
+def _four_evidence(root: Path, names: set[str]) -> list[str]:
+    text = _read_text(root / "config" / "consumerOffset.json")
+    if text and '"dataVersion"' not in text:
+        return ["config/consumerOffset.json has no dataVersion (4.x writes only offsetTable)"]
+    if "abort" in names and not (root / "abort").read_bytes().strip():
+        return ["abort is empty (4.x)"]
+    return []
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
