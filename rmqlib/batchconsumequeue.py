@@ -21,9 +21,9 @@ import numpy as np
 import pyarrow as pa
 
 from rmqlib.accounting import FileAccount
-from rmqlib.consumequeue import EXT_MAX_ADDR, queue_location, unit_file_start
+from rmqlib.consumequeue import EXT_MAX_ADDR, account_units, unit_file_identity
 from rmqlib.errors import NotAStoreFileError
-from rmqlib.fileio import read_bytes, runs
+from rmqlib.fileio import read_bytes
 
 # BatchConsumeQueue unit layout (CQ_STORE_UNIT_SIZE = 46), big-endian.
 BCQ_UNIT_SIZE = 46
@@ -144,27 +144,9 @@ def decode_bcq_bytes(
     )
     as_bytes = np.frombuffer(data, dtype=np.uint8, count=n_full * BCQ_UNIT_SIZE)
     zero = ~as_bytes.reshape(n_full, BCQ_UNIT_SIZE).any(axis=1)
-    nonzero = np.flatnonzero(~zero)
-    data_units = int(nonzero[-1]) + 1 if nonzero.size else 0
-    invalid = np.flatnonzero(~valid)
-    write_units = int(invalid[0]) if invalid.size else n_full
-
-    in_data = valid[:data_units]
-    account.decoded = int(np.count_nonzero(in_data)) * BCQ_UNIT_SIZE
-    account.zero_tail = (n_full - data_units) * BCQ_UNIT_SIZE
-    for first, length in runs(~in_data):
-        hole = bool(np.all(zero[first : first + length]))
-        reason = (
-            "all-zero units followed by more data (hole in the queue)"
-            if hole
-            else "invalid units: offset < 0, size <= 0, base < 0 or batch size <= 0"
-        )
-        account.add_unreadable(first * BCQ_UNIT_SIZE, length * BCQ_UNIT_SIZE, reason)
-    account.add_unreadable(
-        n_full * BCQ_UNIT_SIZE,
-        len(data) - n_full * BCQ_UNIT_SIZE,
-        f"partial unit: file size is not a multiple of {BCQ_UNIT_SIZE}",
-    )
+    scan = account_units(account, len(data), BCQ_UNIT_SIZE, valid, zero,
+                         "invalid units: offset < 0, size <= 0, base < 0 or batch size <= 0")
+    in_data, data_units, write_units = scan.in_data, scan.data_units, scan.write_units
     account.check()
 
     keep = np.flatnonzero(in_data)
@@ -185,14 +167,10 @@ def decode_bcq_file(
     path: str | Path, *, topic: str | None = None, queue_id: int | None = None
 ) -> BcqFileDecode:
     """Decode one ``batchconsumequeue/<topic>/<queueId>/<offset>`` file."""
-    path = Path(path)
-    start = unit_file_start(path, BCQ_UNIT_SIZE)
-    if topic is None or queue_id is None:
-        dir_topic, dir_queue = queue_location(path)
-        topic = dir_topic if topic is None else topic
-        queue_id = dir_queue if queue_id is None else queue_id
+    where = unit_file_identity(path, BCQ_UNIT_SIZE, topic, queue_id)
     return decode_bcq_bytes(
-        read_bytes(path), path=path, start=start, topic=topic, queue_id=queue_id
+        read_bytes(path), path=path, start=where.start, topic=where.topic,
+        queue_id=where.queue_id,
     )
 
 

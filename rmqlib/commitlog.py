@@ -23,7 +23,6 @@ offset) raise :class:`~rmqlib.errors.NotAStoreFileError` before any byte is read
 from __future__ import annotations
 
 import itertools
-import os
 import socket
 import struct
 import zlib
@@ -35,7 +34,6 @@ from pathlib import Path
 from rmqlib import commitlog_layout as L
 from rmqlib import compression as codecs
 from rmqlib import properties as props
-from rmqlib.accounting import FileAccount
 from rmqlib.commitlog_layout import (
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V1,
@@ -52,11 +50,12 @@ from rmqlib.commitlog_walk import (
     Run,
     ScanResult,
     SegmentFile,
+    SegmentRangeScan,
     classify_at,
 )
-from rmqlib.errors import CorruptDataError, NotAStoreFileError, StoreError
+from rmqlib.errors import CorruptDataError, StoreError
 from rmqlib.msgid import ip_to_string, offset_msg_id_from_bytes
-from rmqlib.segments import Segment, list_segments, parse_segment_name
+from rmqlib.segments import Segment, list_segments
 
 __all__ = [
     "BLANK_MAGIC_CODE",
@@ -269,57 +268,16 @@ def _read_one(seg: SegmentFile, pos: int, verify_crc: bool) -> CommitLogRecord:
     return next(_decode_run(run, seg.path, seg.start, verify_crc))
 
 
-class SegmentScan(Iterable[CommitLogRecord]):
+class SegmentScan(SegmentRangeScan[CommitLogRecord]):
     """Records starting in [start, end) of one segment; iterate once, then read
     :attr:`result` / :attr:`account`."""
 
-    def __init__(self, path: str | Path, start: int = 0, end: int | None = None, *,
-                 verify_crc: bool = True, base_offset: int | None = None,
-                 window_size: int = DEFAULT_WINDOW_SIZE) -> None:
-        self.path = str(path)
-        self.base_offset = parse_segment_name(path) if base_offset is None else base_offset
-        if not os.path.isfile(path):
-            raise NotAStoreFileError("commitlog segment is missing or not a file", path=path)
-        if start < 0 or (end is not None and end < start):
-            raise ValueError(f"bad byte range [{start}, {end})")
-        self.start, self.end = start, end
-        self.verify_crc = verify_crc
-        self.window_size = window_size
-        self._result: ScanResult | None = None
-        self._started = False
-
-    def __iter__(self) -> Iterator[CommitLogRecord]:
-        if self._started:
-            raise RuntimeError("a SegmentScan can be iterated only once")
-        self._started = True
-        return self._records()
-
-    def _records(self) -> Iterator[CommitLogRecord]:
-        crc_failures: list[int] = []
-        prop_failures: list[int] = []
-        with SegmentFile(self.path, self.base_offset) as seg:
-            walk = RangeWalk(seg, self.start, self.end, window_size=self.window_size)
-            for run in walk.runs():
-                for record in _decode_run(run, seg.path, seg.start, self.verify_crc):
-                    if record.body_crc_ok is False:
-                        crc_failures.append(record.position)
-                    if record.property_crc_ok is False:
-                        prop_failures.append(record.position)
-                    yield record
-            result = walk.result
-        result.body_crc_failures = crc_failures
-        result.property_crc_failures = prop_failures
-        self._result = result
-
-    @property
-    def result(self) -> ScanResult:
-        if self._result is None:
-            raise RuntimeError("iterate the scan to its end before reading its result")
-        return self._result
-
-    @property
-    def account(self) -> FileAccount:
-        return self.result.account
+    def decode_run(self, run: Run, seg: SegmentFile
+                   ) -> tuple[list[CommitLogRecord], list[int], list[int]]:
+        records = list(_decode_run(run, seg.path, seg.start, self.verify_crc))
+        bad_body = [r.position for r in records if r.body_crc_ok is False]
+        bad_props = [r.position for r in records if r.property_crc_ok is False]
+        return records, bad_body, bad_props
 
 
 def scan_segment(path: str | Path, start: int = 0, end: int | None = None, *,

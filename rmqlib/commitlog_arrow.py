@@ -58,10 +58,8 @@ batch, whatever the file or range size.
 
 from __future__ import annotations
 
-import os
 import socket
 import zlib
-from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -71,21 +69,19 @@ import pyarrow.compute as pc
 from rmqlib import commitlog_layout as L
 from rmqlib import compression as codecs
 from rmqlib import properties as props
-from rmqlib.accounting import FileAccount
 from rmqlib.commitlog_walk import (
     DEFAULT_MAX_RUN,
     DEFAULT_WINDOW_SIZE,
     HEADER_V4,
-    RangeWalk,
     Run,
     RunFields,
     ScanResult,
     SegmentFile,
+    SegmentRangeScan,
     Window,
 )
-from rmqlib.errors import CorruptDataError, NotAStoreFileError
+from rmqlib.errors import CorruptDataError
 from rmqlib.msgid import ip_to_string, offset_msg_id_from_bytes
-from rmqlib.segments import parse_segment_name
 
 _NN = False  # nullable=False, for readability of the schema below
 
@@ -135,59 +131,14 @@ _PAD = 16  # bytes readable past the last value of a gather source
 _TRAILER_MARK = int.from_bytes(props.CRC32_TRAILER_PREFIX[:8], "big", signed=True)
 
 
-class ArrowSegmentScan(Iterable[pa.RecordBatch]):
+class ArrowSegmentScan(SegmentRangeScan[pa.RecordBatch]):
     """RecordBatches of the records starting in [start, end) of one segment; iterate
     once, then read :attr:`result` / :attr:`account` (same rules as SegmentScan)."""
 
-    def __init__(self, path: str | Path, start: int = 0, end: int | None = None, *,
-                 batch_size: int = DEFAULT_MAX_RUN, verify_crc: bool = True,
-                 base_offset: int | None = None,
-                 window_size: int = DEFAULT_WINDOW_SIZE) -> None:
-        self.path = str(path)
-        self.base_offset = parse_segment_name(path) if base_offset is None else base_offset
-        if not os.path.isfile(path):
-            raise NotAStoreFileError("commitlog segment is missing or not a file", path=path)
-        if start < 0 or (end is not None and end < start) or batch_size < 1:
-            raise ValueError(f"bad byte range [{start}, {end}) or batch size {batch_size}")
-        self.start, self.end = start, end
-        self.batch_size = batch_size
-        self.verify_crc = verify_crc
-        self.window_size = window_size
-        self._result: ScanResult | None = None
-        self._started = False
-
-    def __iter__(self) -> Iterator[pa.RecordBatch]:
-        if self._started:
-            raise RuntimeError("an ArrowSegmentScan can be iterated only once")
-        self._started = True
-        return self._batches()
-
-    def _batches(self) -> Iterator[pa.RecordBatch]:
-        crc_failures: list[int] = []
-        prop_failures: list[int] = []
-        with SegmentFile(self.path, self.base_offset) as seg:
-            walk = RangeWalk(seg, self.start, self.end, window_size=self.window_size,
-                             max_run=self.batch_size)
-            for run in walk.runs():
-                batch, bad_body, bad_props = run_to_batch(run, seg.path, seg.start,
-                                                          self.verify_crc)
-                crc_failures.extend(bad_body)
-                prop_failures.extend(bad_props)
-                yield batch
-            result = walk.result
-        result.body_crc_failures = crc_failures
-        result.property_crc_failures = prop_failures
-        self._result = result
-
-    @property
-    def result(self) -> ScanResult:
-        if self._result is None:
-            raise RuntimeError("iterate the scan to its end before reading its result")
-        return self._result
-
-    @property
-    def account(self) -> FileAccount:
-        return self.result.account
+    def decode_run(self, run: Run, seg: SegmentFile
+                   ) -> tuple[list[pa.RecordBatch], list[int], list[int]]:
+        batch, bad_body, bad_props = run_to_batch(run, seg.path, seg.start, self.verify_crc)
+        return [batch], bad_body, bad_props
 
 
 def scan_segment_arrow(path: str | Path, start: int = 0, end: int | None = None, *,
@@ -195,8 +146,8 @@ def scan_segment_arrow(path: str | Path, start: int = 0, end: int | None = None,
                        base_offset: int | None = None,
                        window_size: int = DEFAULT_WINDOW_SIZE) -> ArrowSegmentScan:
     """Batches (COMMITLOG_SCHEMA) of the records starting in [start, end) of a segment."""
-    return ArrowSegmentScan(path, start, end, batch_size=batch_size, verify_crc=verify_crc,
-                            base_offset=base_offset, window_size=window_size)
+    return ArrowSegmentScan(path, start, end, verify_crc=verify_crc, base_offset=base_offset,
+                            window_size=window_size, max_run=batch_size)
 
 
 def read_table(path: str | Path, start: int = 0, end: int | None = None,

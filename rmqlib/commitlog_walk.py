@@ -53,6 +53,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import numpy as np
 
@@ -597,3 +598,68 @@ class RangeWalk:
             result.gaps.append(Gap(nonzero_end, length, GapKind.ZERO_TAIL,
                                    "unwritten zeros up to the end of file"))
             account.zero_tail += length
+
+
+Item = TypeVar("Item")
+
+
+class SegmentRangeScan(Generic[Item]):
+    """One pass over the records starting in [start, end) of one segment file.
+
+    The framing (``RangeWalk``) and the bookkeeping are shared; subclasses only turn a
+    run of valid records into items (``CommitLogRecord`` objects or RecordBatches) via
+    :meth:`decode_run`. Iterate once, then read :attr:`result` / :attr:`account`.
+    """
+
+    def __init__(self, path: str | Path, start: int = 0, end: int | None = None, *,
+                 verify_crc: bool = True, base_offset: int | None = None,
+                 window_size: int = DEFAULT_WINDOW_SIZE,
+                 max_run: int = DEFAULT_MAX_RUN) -> None:
+        self.path = str(path)
+        self.base_offset = parse_segment_name(path) if base_offset is None else base_offset
+        if not os.path.isfile(path):
+            raise NotAStoreFileError("commitlog segment is missing or not a file", path=path)
+        if start < 0 or (end is not None and end < start) or max_run < 1:
+            raise ValueError(f"bad byte range [{start}, {end}) or run size {max_run}")
+        self.start, self.end = start, end
+        self.verify_crc = verify_crc
+        self.window_size = window_size
+        self.max_run = max_run
+        self._result: ScanResult | None = None
+        self._started = False
+
+    def decode_run(self, run: Run, seg: SegmentFile) -> tuple[list[Item], list[int], list[int]]:
+        """Items for one run, plus file positions of body / property CRC failures."""
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[Item]:
+        if self._started:
+            raise RuntimeError(f"a {type(self).__name__} can be iterated only once")
+        self._started = True
+        return self._scan()
+
+    def _scan(self) -> Iterator[Item]:
+        crc_failures: list[int] = []
+        prop_failures: list[int] = []
+        with SegmentFile(self.path, self.base_offset) as seg:
+            walk = RangeWalk(seg, self.start, self.end, window_size=self.window_size,
+                             max_run=self.max_run)
+            for run in walk.runs():
+                items, bad_body, bad_props = self.decode_run(run, seg)
+                crc_failures.extend(bad_body)
+                prop_failures.extend(bad_props)
+                yield from items
+            result = walk.result
+        result.body_crc_failures = crc_failures
+        result.property_crc_failures = prop_failures
+        self._result = result
+
+    @property
+    def result(self) -> ScanResult:
+        if self._result is None:
+            raise RuntimeError("iterate the scan to its end before reading its result")
+        return self._result
+
+    @property
+    def account(self) -> FileAccount:
+        return self.result.account

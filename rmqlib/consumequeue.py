@@ -166,7 +166,72 @@ def unit_file_start(path: str | Path, unit_size: int) -> int:
     return start
 
 
+@dataclass(frozen=True)
+class UnitFileIdentity:
+    """Where a queue unit file sits: its start offset and the queue it belongs to."""
+
+    start: int
+    topic: str
+    queue_id: int
+
+
+def unit_file_identity(
+    path: str | Path, unit_size: int, topic: str | None = None, queue_id: int | None = None
+) -> UnitFileIdentity:
+    """Start offset from the name; topic and queue id from the directories unless given."""
+    start = unit_file_start(path, unit_size)
+    if topic is None or queue_id is None:
+        dir_topic, dir_queue = queue_location(path)
+        topic = dir_topic if topic is None else topic
+        queue_id = dir_queue if queue_id is None else queue_id
+    return UnitFileIdentity(start, topic, queue_id)
+
+
 # --------------------------------------------------------------------------- one file
+
+
+@dataclass(frozen=True)
+class UnitScan:
+    """Where the units of a fixed-unit queue file stand (CQ and batch CQ alike)."""
+
+    in_data: np.ndarray  # per unit before the zero tail: is it valid?
+    data_units: int  # units up to the last non-zero one
+    write_units: int  # units before the first invalid one (broker recovery stops there)
+
+
+def account_units(
+    account: FileAccount,
+    data_length: int,
+    unit_size: int,
+    valid: np.ndarray,
+    zero: np.ndarray,
+    invalid_reason: str,
+) -> UnitScan:
+    """Classify the units of one file into ``account`` (see the module docstring).
+
+    Valid units before the zero tail count as decoded, trailing all-zero units as zero
+    tail; every other run of units is unreadable (an all-zero hole, or ``invalid_reason``),
+    and so is a partial unit at the end.
+    """
+    n_full = data_length // unit_size
+    nonzero = np.flatnonzero(~zero)
+    data_units = int(nonzero[-1]) + 1 if nonzero.size else 0
+    invalid = np.flatnonzero(~valid)
+    write_units = int(invalid[0]) if invalid.size else n_full
+    in_data = valid[:data_units]
+    account.decoded = int(np.count_nonzero(in_data)) * unit_size
+    account.zero_tail = (n_full - data_units) * unit_size
+    for first, length in runs(~in_data):
+        hole = bool(np.all(zero[first : first + length]))
+        reason = "all-zero units followed by more data (hole in the queue)" if hole else (
+            invalid_reason)
+        account.add_unreadable(first * unit_size, length * unit_size, reason)
+    account.add_unreadable(
+        n_full * unit_size,
+        data_length - n_full * unit_size,
+        f"partial unit: file size is not a multiple of {unit_size}",
+    )
+    return UnitScan(in_data, data_units, write_units)
 
 
 @dataclass
@@ -273,34 +338,15 @@ def decode_cq_bytes(
 
     valid = (offsets >= 0) & (sizes > 0)
     zero = (offsets == 0) & (sizes == 0) & (tags == 0)
-    nonzero = np.flatnonzero(~zero)
-    data_units = int(nonzero[-1]) + 1 if nonzero.size else 0
-    invalid = np.flatnonzero(~valid)
-    write_units = int(invalid[0]) if invalid.size else n_full
-
-    in_data = valid[:data_units]
+    scan = account_units(account, len(data), CQ_UNIT_SIZE, valid, zero,
+                         "invalid units: commitlog offset < 0 or size <= 0")
+    in_data, data_units, write_units = scan.in_data, scan.data_units, scan.write_units
     filler = in_data & (offsets[:data_units] == FILLER_COMMITLOG_OFFSET) & (
         sizes[:data_units] == FILLER_SIZE
     ) & (tags[:data_units] == FILLER_TAGS_CODE)
     n_filler = int(np.count_nonzero(filler))
-    account.decoded = (int(np.count_nonzero(in_data)) - n_filler) * CQ_UNIT_SIZE
+    account.decoded -= n_filler * CQ_UNIT_SIZE
     account.blank = n_filler * CQ_UNIT_SIZE
-    account.zero_tail = (n_full - data_units) * CQ_UNIT_SIZE
-    bad = ~in_data
-    for first, length in runs(bad):
-        hole = bool(np.all(zero[first : first + length]))
-        reason = (
-            "all-zero units followed by more data (hole in the queue)"
-            if hole
-            else "invalid units: commitlog offset < 0 or size <= 0"
-        )
-        account.add_unreadable(first * CQ_UNIT_SIZE, length * CQ_UNIT_SIZE, reason)
-    partial = len(data) - n_full * CQ_UNIT_SIZE
-    account.add_unreadable(
-        n_full * CQ_UNIT_SIZE,
-        partial,
-        f"partial unit: file size is not a multiple of {CQ_UNIT_SIZE}",
-    )
     account.check()
 
     keep = np.flatnonzero(in_data)
@@ -323,14 +369,10 @@ def decode_cq_file(
     path: str | Path, *, topic: str | None = None, queue_id: int | None = None
 ) -> CqFileDecode:
     """Decode one consume-queue file; topic and queue id default to its directory names."""
-    path = Path(path)
-    start = unit_file_start(path, CQ_UNIT_SIZE)
-    if topic is None or queue_id is None:
-        dir_topic, dir_queue = queue_location(path)
-        topic = dir_topic if topic is None else topic
-        queue_id = dir_queue if queue_id is None else queue_id
+    where = unit_file_identity(path, CQ_UNIT_SIZE, topic, queue_id)
     return decode_cq_bytes(
-        read_bytes(path), path=path, start=start, topic=topic, queue_id=queue_id
+        read_bytes(path), path=path, start=where.start, topic=where.topic,
+        queue_id=where.queue_id,
     )
 
 

@@ -21,9 +21,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from rmqlib.accounting import FileAccount
-from rmqlib.consumequeue import decorate_ext_offset, queue_location
+from rmqlib.consumequeue import decorate_ext_offset, unit_file_identity
 from rmqlib.fileio import nonzero_span, read_bytes
-from rmqlib.segments import parse_segment_name
 
 # CqExtUnit layout (big-endian).
 CQX_SIZE_OFFSET = 0
@@ -176,14 +175,11 @@ def decode_cqx_file(
     path: str | Path, *, topic: str | None = None, queue_id: int | None = None
 ) -> CqxFileDecode:
     """Decode one ``consumequeue_ext/<topic>/<queueId>/<offset>`` file."""
-    path = Path(path)
-    start = parse_segment_name(path)
-    if topic is None or queue_id is None:
-        dir_topic, dir_queue = queue_location(path)
-        topic = dir_topic if topic is None else topic
-        queue_id = dir_queue if queue_id is None else queue_id
+    # Ext units vary in size, so any byte offset is a valid file start (unit size 1).
+    where = unit_file_identity(path, 1, topic, queue_id)
     return decode_cqx_bytes(
-        read_bytes(path), path=path, start=start, topic=topic, queue_id=queue_id
+        read_bytes(path), path=path, start=where.start, topic=where.topic,
+        queue_id=where.queue_id,
     )
 
 

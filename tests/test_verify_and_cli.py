@@ -189,3 +189,25 @@ def test_consumer_offset_config_falls_back_to_bak(store_copy: Path) -> None:
     row = json.loads(result.stdout)
     assert row["source"]["from_backup"] is True
     assert row["data"]["offsetTable"]
+
+
+def test_rocksdb_consume_queue_and_metadata_are_present_not_decoded(store_copy: Path) -> None:
+    """5.x storeType=defaultRocksDB keeps CQ and metadata in RocksDB: say so, loudly."""
+    for relative in ("consumequeue/CURRENT", "consumequeue/MANIFEST-000005",
+                     "consumequeue/000004.sst", "config/rdb/CURRENT", "config/rdb/000009.log"):
+        (store_copy / relative).parent.mkdir(parents=True, exist_ok=True)
+        (store_copy / relative).write_bytes(b"\x00rocksdb")
+    inventory = take_inventory(store_copy)
+    rocks = {f.path.as_posix(): f.not_decoded_reason for f in inventory.files
+             if f.kind is FileKind.ROCKSDB}
+    assert set(rocks) == {"consumequeue/CURRENT", "consumequeue/MANIFEST-000005",
+                          "consumequeue/000004.sst", "config/rdb/CURRENT",
+                          "config/rdb/000009.log"}
+    assert "consume queue" in rocks["consumequeue/CURRENT"]
+    assert "metadata" in rocks["config/rdb/CURRENT"]
+    result = rmq("inspect", str(store_copy))
+    assert result.returncode == 0
+    assert "present, not decoded: consumequeue" in result.stdout
+    assert "present, not decoded: config" in result.stdout
+    warnings = [f.message for f in verify_store(store_copy).warnings]
+    assert any("RocksDB consume queue" in message for message in warnings)
