@@ -161,6 +161,7 @@ def dump_consumequeue(args: argparse.Namespace) -> int:
             decode = decode_cq_file(file)
             for unit in decode.units():
                 yield decode.path, unit
+
     for file, unit in window(units(), args.offset, args.limit):
         row = {"file": file, **dataclasses.asdict(unit)}
         emit(args, row, " ".join(f"{key}: {value}" for key, value in row.items()))
@@ -251,6 +252,8 @@ def cmd_get(args: argparse.Namespace) -> int:
         matches = [read_record_at(store / "commitlog", args.phys)]
     elif args.queue:
         topic, queue_id, queue_offset = args.queue
+        if not (queue_id.isdigit() and queue_offset.isdigit()):
+            raise CliError("--queue takes TOPIC QUEUE_ID QUEUE_OFFSET with integer ids")
         matches = list(records_for(store, [find_by_queue(store, topic, int(queue_id),
                                                          int(queue_offset))]))
     elif args.key is not None:
