@@ -71,10 +71,12 @@ __all__ = [
     "StoreScan",
     "TransactionType",
     "decode_record",
+    "naming_issues",
     "read_record_at",
     "scan_segment",
     "scan_store",
     "split_ranges",
+    "tail_issues",
 ]
 
 
@@ -325,7 +327,7 @@ class StoreScan(Iterable[CommitLogRecord]):
 
     def __iter__(self) -> Iterator[CommitLogRecord]:
         files = list_segments([Path(d) for d in self.directories])
-        self.issues.extend(_naming_issues(files))
+        self.issues.extend(naming_issues(files))
         last_end: int | None = None
         for seg in files:
             if seg.end <= self.start_offset:
@@ -337,7 +339,7 @@ class StoreScan(Iterable[CommitLogRecord]):
                 yield record
             self.segments.append(scan.result)
         self.logical_end = last_end
-        self.issues.extend(_tail_issues(self.segments, last_end))
+        self.issues.extend(tail_issues(self.segments, last_end))
 
 
 def scan_store(directories: str | Path | list[str | Path], *, start_offset: int = 0,
@@ -348,7 +350,7 @@ def scan_store(directories: str | Path | list[str | Path], *, start_offset: int 
     return StoreScan([str(d) for d in dirs], start_offset, verify_crc)
 
 
-def _naming_issues(files: list[Segment]) -> list[StoreIssue]:
+def naming_issues(files: list[Segment]) -> list[StoreIssue]:
     """Invariant 1: contiguous names, one size (a zero-length last file is tolerated)."""
     issues: list[StoreIssue] = []
     for before, after in itertools.pairwise(files):
@@ -365,7 +367,7 @@ def _naming_issues(files: list[Segment]) -> list[StoreIssue]:
     return issues
 
 
-def _tail_issues(results: list[ScanResult], logical_end: int | None) -> list[StoreIssue]:
+def tail_issues(results: list[ScanResult], logical_end: int | None) -> list[StoreIssue]:
     """Invariant 3: files before the one holding the logical end end with a BLANK; a torn
     tail is the logical end only in that last data file."""
     issues: list[StoreIssue] = []

@@ -218,7 +218,8 @@ def take_inventory(root: str | Path) -> Inventory:
     if not root.is_dir():
         raise NotAStoreFileError("store root is not a directory", path=root)
     inventory = Inventory(root)
-    for directory, subdirs, filenames in os.walk(root):
+    # Follow symlinks: snapshots may link commitlog/ to another disk (storePathCommitLog).
+    for directory, subdirs, filenames in os.walk(root, followlinks=True):
         subdirs.sort()
         for filename in sorted(filenames):
             absolute = Path(directory, filename)

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
+import pyarrow as pa
+
 INT_MIN = -(2**31)
 INT_MAX = 2**31 - 1
 _U32 = 0xFFFFFFFF
@@ -46,3 +49,55 @@ def index_key_hash(key: str) -> int:
 def index_key(topic: str, key: str) -> str:
     """The string the broker indexes for one key of a record: ``topic#key`` (IS.buildKey)."""
     return f"{topic}#{key}"
+
+
+# --------------------------------------------------------------------------- bulk (numpy)
+
+_POWERS_OF_31: np.ndarray = np.ones(1, dtype=np.uint32)
+
+
+def _powers_of_31(count: int) -> np.ndarray:
+    """31**k mod 2**32 for k < count (uint32 arithmetic wraps exactly like Java int)."""
+    global _POWERS_OF_31
+    if len(_POWERS_OF_31) < count:
+        values = [1]
+        for _ in range(1, count):
+            values.append(values[-1] * 31 & _U32)
+        _POWERS_OF_31 = np.array(values, dtype=np.uint32)
+    return _POWERS_OF_31[:count]
+
+
+def java_string_hashes(strings: pa.Array) -> np.ndarray:
+    """``hashCode()`` of every string of an Arrow string array, as int32, vectorised.
+
+    For ASCII strings UTF-8 bytes are the UTF-16 code units, so h = Σ c_j·31^(n-1-j) is
+    one multiply and one segmented sum over the data buffer; rows with non-ASCII bytes
+    (and nulls, hashed as "") go through :func:`java_string_hash`.
+    """
+    strings = strings.cast(pa.large_string())
+    n = len(strings)
+    result = np.zeros(n, dtype=np.int32)
+    if n == 0:
+        return result
+    offsets = np.frombuffer(strings.buffers()[1], dtype=np.int64)[strings.offset:][: n + 1]
+    data_buffer = strings.buffers()[2]
+    data = (np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer is not None
+            else np.zeros(0, dtype=np.uint8))[offsets[0] : offsets[-1]]
+    starts, ends = offsets[:-1] - offsets[0], offsets[1:] - offsets[0]
+    lengths = ends - starts
+    exponent = np.repeat(ends, lengths) - 1 - np.arange(len(data))
+    terms = data.astype(np.uint32) * _powers_of_31(int(lengths.max(initial=0)))[exponent]
+    # Row sums as differences of a running sum; uint32 wraps mod 2**32 like Java's int.
+    running = np.concatenate([np.zeros(1, dtype=np.uint32), np.cumsum(terms, dtype=np.uint32)])
+    result = (running[ends] - running[starts]).view(np.int32)
+    high = np.concatenate([[0], np.cumsum(data >= 0x80)])
+    non_ascii = high[ends] > high[starts]
+    for row in np.flatnonzero(non_ascii).tolist():
+        result[row] = java_string_hash(strings[row].as_py())
+    return result
+
+
+def index_key_hashes(keys: pa.Array) -> np.ndarray:
+    """:func:`index_key_hash` of every string of an Arrow array (vectorised abs rule)."""
+    hashes = java_string_hashes(keys).astype(np.int64)
+    return np.where(hashes == INT_MIN, 0, np.abs(hashes)).astype(np.int32)

@@ -19,6 +19,10 @@ Checks, in data-flow order:
 5. config and checkpoint: parse, and offsets within queue bounds (§8.13, 8.14).
 
 Every file's byte account must balance; a region rmqlib could not read is an error.
+
+The commitlog is read once, on the Arrow bulk path: index entries are loaded first (as
+sorted arrays) so each batch is checked against them while it is in memory, and only a
+few numeric columns per record (about 30 bytes) are kept for the consume-queue checks.
 """
 
 from __future__ import annotations
@@ -28,12 +32,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from rmqlib import config as cfg
 from rmqlib.accounting import FileAccount
 from rmqlib.checkpoint import read_checkpoint
-from rmqlib.commitlog import CommitLogRecord, GapKind, scan_store
-from rmqlib.commitlog_layout import TransactionType
+from rmqlib.commitlog import GapKind, naming_issues, tail_issues
+from rmqlib.commitlog_arrow import scan_segment_arrow
 from rmqlib.consumequeue import (
     CqFileDecode,
     QueueBounds,
@@ -43,15 +49,17 @@ from rmqlib.consumequeue import (
     walk_queue_tree,
 )
 from rmqlib.errors import StoreError
-from rmqlib.indexfile import IndexFile, list_index_files, record_index_keys
+from rmqlib.indexfile import INDEX_TAG_TYPE, IndexFile, list_index_files
 from rmqlib.inventory import Inventory, take_inventory
-from rmqlib.javahash import index_key_hash
+from rmqlib.javahash import index_key_hashes
 from rmqlib.properties import INNER_MULTI_DISPATCH, INNER_MULTI_QUEUE_OFFSET, INNER_NUM
+from rmqlib.segments import list_segments
 
 ERROR = "error"
 WARNING = "warning"
 
-DISPATCHED_TYPES = (TransactionType.NOT, TransactionType.COMMIT)
+# Transaction types the build-CQ dispatcher takes (PREPARED and ROLLBACK are skipped).
+DISPATCHED_NAMES = ["NOT", "COMMIT"]
 
 
 @dataclass(frozen=True)
@@ -65,19 +73,6 @@ class Finding:
     def as_dict(self) -> dict[str, object]:
         return {"severity": self.severity, "check": self.check, "path": self.path,
                 "offset": self.offset, "message": self.message}
-
-
-@dataclass(frozen=True)
-class RecordFacts:
-    """What later checks need to know about one commitlog record (kept small on purpose)."""
-
-    total_size: int
-    topic: str
-    queue_id: int
-    queue_offset: int
-    dispatched: bool  # transaction type NOT or COMMIT: the build-CQ dispatcher takes it
-    keys_hashes: frozenset[int]
-    lmq_offsets: tuple[tuple[str, int], ...]
 
 
 @dataclass
@@ -124,9 +119,10 @@ def verify_store(root: str | Path, *, verify_crc: bool = True) -> VerifyReport:
     root = Path(root)
     report = VerifyReport(root, take_inventory(root))
     _check_inventory(report)
-    records = _check_commitlog(report, verify_crc)
-    bounds = _check_consume_queues(report, records)
-    _check_index(report, records)
+    entries = _load_index_entries(report)
+    facts = _check_commitlog(report, entries, verify_crc)
+    _report_index_mismatches(report, entries, facts)
+    bounds = _check_consume_queues(report, facts)
     _check_config(report, bounds)
     return report
 
@@ -140,79 +136,275 @@ def _check_inventory(report: VerifyReport) -> None:
                    f"{files} file(s), {size} bytes: {reason}")
 
 
+# --------------------------------------------------------------------------- index entries
+
+
+@dataclass
+class IndexEntries:
+    """Every index entry of the store, sorted by the commitlog offset it points to."""
+
+    physical_offset: np.ndarray
+    key_hash: np.ndarray
+    number: np.ndarray
+    file: np.ndarray  # position in ``files``
+    files: list[str]
+    matched: np.ndarray  # set once the entry's record and key were confirmed
+
+    def between(self, low: int, high: int) -> slice:
+        """Entries whose offsets lie in [low, high]."""
+        return slice(int(np.searchsorted(self.physical_offset, low, "left")),
+                     int(np.searchsorted(self.physical_offset, high, "right")))
+
+
+def _load_index_entries(report: VerifyReport) -> IndexEntries:
+    """Structural checks of every index file, then all entries as sorted arrays."""
+    parts: list[dict[str, np.ndarray]] = []
+    files: list[str] = []
+    index_dir = report.root / "index"
+    listing = list_index_files(index_dir) if index_dir.is_dir() else None
+    for path, error in listing.rejected if listing else []:
+        report.add(ERROR, "index", path, error.offset, error.reason)
+    for info in listing.files if listing else []:
+        with IndexFile.open(info.path) as index:
+            report.account(index.account())
+            for problem in index.validate().problems:
+                report.add(ERROR, "index", info.path, problem.offset,
+                           f"{problem.kind}: {problem.detail}")
+            arrays = index.entry_arrays()
+        arrays["file"] = np.full(len(arrays["number"]), len(files), dtype=np.int32)
+        files.append(str(info.path))
+        parts.append(arrays)
+    offsets = _concat([part["commitlog_offset"] for part in parts], np.int64)
+    order = np.argsort(offsets, kind="stable")
+    report.counts["index_entries"] = len(offsets)
+    return IndexEntries(
+        offsets[order], _concat([p["key_hash"] for p in parts], np.int32)[order],
+        _concat([p["number"] for p in parts], np.int32)[order],
+        _concat([p["file"] for p in parts], np.int32)[order], files,
+        np.zeros(len(offsets), dtype=bool))
+
+
+def _concat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+    return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype=dtype)
+
+
 # --------------------------------------------------------------------------- commitlog
 
 
-def _check_commitlog(report: VerifyReport, verify_crc: bool) -> dict[int, RecordFacts]:
-    """Scan the commitlog; return facts about every record keyed by physical offset."""
+@dataclass
+class RecordFacts:
+    """What the later checks need of every record, as arrays in commitlog order."""
+
+    physical_offset: np.ndarray
+    total_size: np.ndarray
+    topic_id: np.ndarray
+    queue_id: np.ndarray
+    queue_offset: np.ndarray
+    dispatched: np.ndarray  # transaction type NOT or COMMIT: the build-CQ dispatcher takes it
+    topics: dict[str, int]
+    lmq: dict[int, tuple[tuple[str, int], ...]]  # physical offset -> (LMQ queue, offset)
+
+    def locate(self, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Row of each offset among the records, and whether a record starts there."""
+        rows = np.searchsorted(self.physical_offset, offsets)
+        clipped = np.minimum(rows, max(len(self.physical_offset) - 1, 0))
+        found = (rows < len(self.physical_offset)) & (
+            self.physical_offset[clipped] == offsets) if len(self.physical_offset) else (
+            np.zeros(len(offsets), dtype=bool))
+        return clipped, found
+
+
+class CommitlogChecker:
+    """Streams the commitlog's Arrow batches once, checking each batch as it goes."""
+
+    def __init__(self, report: VerifyReport, entries: IndexEntries) -> None:
+        self.report = report
+        self.entries = entries
+        self.topics: dict[str, int] = {}
+        self.next_offset: dict[int, int] = {}  # queue key -> expected next queue offset
+        self.columns: dict[str, list[np.ndarray]] = defaultdict(list)
+        self.lmq: dict[int, tuple[tuple[str, int], ...]] = {}
+
+    def check_batch(self, batch: pa.RecordBatch) -> None:
+        report = self.report
+        report.counts["commitlog_records"] += batch.num_rows
+        for name in ("body_crc_ok", "property_crc_ok"):
+            bad = np.flatnonzero(pc.equal(batch[name], False).fill_null(False).to_numpy(
+                zero_copy_only=False))
+            for row in bad.tolist():
+                report.add(ERROR, name.replace("_ok", "").replace("_", "-"),
+                           batch["file"][row].as_py(), batch["file_position"][row].as_py(),
+                           f"{name[:-3].replace('_', ' ')} mismatch (physical offset "
+                           f"{batch['physical_offset'][row].as_py()})")
+        topic_id = self._topic_ids(batch["topic"])
+        dispatched = pc.is_in(batch["transaction_type"],
+                              pa.array(DISPATCHED_NAMES)).to_numpy(zero_copy_only=False)
+        queue_id = batch["queue_id"].to_numpy()
+        queue_offset = batch["queue_offset"].to_numpy()
+        self._check_contiguity(batch, topic_id, queue_id, queue_offset, dispatched)
+        self._check_index_entries(batch, topic_id)
+        self._collect_lmq(batch)
+        for name, values in (("physical_offset", batch["physical_offset"].to_numpy()),
+                             ("total_size", batch["total_size"].to_numpy()),
+                             ("topic_id", topic_id), ("queue_id", queue_id),
+                             ("queue_offset", queue_offset), ("dispatched", dispatched)):
+            self.columns[name].append(values)
+
+    def facts(self) -> RecordFacts:
+        columns = self.columns
+        return RecordFacts(_concat(columns["physical_offset"], np.int64),
+                           _concat(columns["total_size"], np.int32),
+                           _concat(columns["topic_id"], np.int32),
+                           _concat(columns["queue_id"], np.int32),
+                           _concat(columns["queue_offset"], np.int64),
+                           _concat(columns["dispatched"], bool), self.topics, self.lmq)
+
+    def _topic_ids(self, topics: pa.Array) -> np.ndarray:
+        encoded = topics.dictionary_encode()
+        ids = np.array([self.topics.setdefault(name, len(self.topics))
+                        for name in encoded.dictionary.to_pylist()], dtype=np.int32)
+        return ids[encoded.indices.to_numpy()]
+
+    def _check_contiguity(self, batch: pa.RecordBatch, topic_id: np.ndarray,
+                          queue_id: np.ndarray, queue_offset: np.ndarray,
+                          dispatched: np.ndarray) -> None:
+        """§8.6: dispatched records of one queue take consecutive queue offsets."""
+        rows = np.flatnonzero(dispatched)
+        if not rows.size:
+            return
+        width = np.ones(batch.num_rows, dtype=np.int64)
+        inner = batch["inner_batch"].to_numpy(zero_copy_only=False)
+        if inner.any():
+            counts = pc.map_lookup(batch["properties"], INNER_NUM, "last").to_pylist()
+            width[inner] = [int(c) if c and c.isdigit() else 1 for c in
+                            np.asarray(counts, dtype=object)[inner]]
+        key = topic_id[rows].astype(np.int64) << 32 | queue_id[rows].astype(np.int64)
+        order = np.lexsort((rows, key))
+        rows, key = rows[order], key[order]
+        offsets, following = queue_offset[rows], queue_offset[rows] + width[rows]
+        expected = np.empty(len(rows), dtype=np.int64)
+        expected[1:] = following[:-1]
+        first = np.ones(len(rows), dtype=bool)
+        first[1:] = key[1:] != key[:-1]
+        expected[first] = [self.next_offset.get(k, o) for k, o in
+                           zip(key[first].tolist(), offsets[first].tolist(), strict=True)]
+        for row, got, want in zip(rows[offsets != expected].tolist(),
+                                  offsets[offsets != expected].tolist(),
+                                  expected[offsets != expected].tolist(), strict=True):
+            self.report.add(ERROR, "queue-offset", batch["file"][row].as_py(),
+                            batch["file_position"][row].as_py(),
+                            f"{batch['topic'][row].as_py()}/{queue_id[row]}: queue offset "
+                            f"{got} where {want} was expected")
+        last = np.ones(len(rows), dtype=bool)
+        last[:-1] = key[1:] != key[:-1]
+        self.next_offset.update(zip(key[last].tolist(), following[last].tolist(), strict=True))
+
+    def _check_index_entries(self, batch: pa.RecordBatch, topic_id: np.ndarray) -> None:
+        """§8.11: an entry pointing into this batch names a record start and one of its keys."""
+        physical = batch["physical_offset"].to_numpy()
+        span = self.entries.between(int(physical[0]), int(physical[-1]))
+        wanted = self.entries.physical_offset[span]
+        if not wanted.size:
+            return
+        rows = np.searchsorted(physical, wanted)
+        starts = physical[rows] == wanted
+        candidates = _key_candidates(batch, np.unique(rows[starts]))
+        pairs = rows.astype(np.int64) << 32 | (
+            self.entries.key_hash[span].astype(np.int64) & 0xFFFFFFFF)
+        self.entries.matched[span] = starts & np.isin(pairs, candidates)
+
+    def _collect_lmq(self, batch: pa.RecordBatch) -> None:
+        names = pc.map_lookup(batch["properties"], INNER_MULTI_DISPATCH, "last")
+        if names.null_count == len(names):
+            return
+        offsets = pc.map_lookup(batch["properties"], INNER_MULTI_QUEUE_OFFSET, "last")
+        physical = batch["physical_offset"]
+        for row in np.flatnonzero(names.is_valid().to_numpy(zero_copy_only=False)).tolist():
+            pairs = zip(names[row].as_py().split(","),
+                        (offsets[row].as_py() or "").split(","), strict=False)
+            self.lmq[physical[row].as_py()] = tuple(
+                (name, int(offset)) for name, offset in pairs if offset.isdigit())
+
+
+def _key_candidates(batch: pa.RecordBatch, rows: np.ndarray) -> np.ndarray:
+    """(row << 32 | keyHash) for every key the broker indexes for the given rows:
+    topic#UNIQ_KEY, topic#k per KEYS entry, and (5.5.0+) topic#T#tags."""
+    subset = batch.select(["topic", "uniq_key", "keys", "tags"]).take(pa.array(rows))
+    topic = subset["topic"]
+    flat_rows = pc.list_parent_indices(subset["keys"]).to_numpy()
+    strings = [
+        (np.arange(len(rows)), pc.binary_join_element_wise(topic, subset["uniq_key"], "#")),
+        (flat_rows, pc.binary_join_element_wise(
+            topic.take(pa.array(flat_rows, pa.int64())), pc.list_flatten(subset["keys"]),
+            "#")),
+        (np.arange(len(rows)), pc.binary_join_element_wise(
+            topic, pa.repeat(pa.scalar(INDEX_TAG_TYPE), len(rows)), subset["tags"], "#")),
+    ]
+    candidates = []
+    for local_rows, keys in strings:
+        valid = keys.is_valid().to_numpy(zero_copy_only=False)
+        hashes = index_key_hashes(keys.filter(pa.array(valid)))
+        candidates.append(rows[local_rows[valid]].astype(np.int64) << 32 | hashes.astype(
+            np.int64) & 0xFFFFFFFF)
+    return np.concatenate(candidates)
+
+
+def _check_commitlog(report: VerifyReport, entries: IndexEntries,
+                     verify_crc: bool) -> RecordFacts:
+    """Scan every segment on the Arrow path; return the facts later checks need."""
     commitlog_dir = report.root / "commitlog"
-    records: dict[int, RecordFacts] = {}
+    checker = CommitlogChecker(report, entries)
     if not commitlog_dir.is_dir():
         report.add(ERROR, "commitlog", commitlog_dir, None, "no commitlog directory")
-        return records
-    scan = scan_store(commitlog_dir, verify_crc=verify_crc)
-    next_offset: dict[tuple[str, int], tuple[int, int]] = {}
-    for record in scan:
-        report.counts["commitlog_records"] += 1
-        _check_record_crc(report, record)
-        _check_queue_offset_contiguity(report, record, next_offset)
-        records[record.physical_offset] = _facts(record)
-    for result in scan.segments:
-        torn = frozenset((gap.offset, gap.length) for gap in result.gaps
+        return checker.facts()
+    segments = list_segments(commitlog_dir)
+    results = []
+    last_end: int | None = None
+    for segment in segments:
+        scan = scan_segment_arrow(segment.path, verify_crc=verify_crc)
+        for batch in scan:
+            checker.check_batch(batch)
+            last_end = int(pc.max(pc.add(batch["physical_offset"], batch["total_size"]))
+                           .as_py())
+        results.append(scan.result)
+        torn = frozenset((gap.offset, gap.length) for gap in scan.result.gaps
                          if gap.kind is GapKind.TORN_TAIL)
-        report.account(result.account, expected=torn)
-        report.counts["commitlog_blanks"] += len(result.blanks)
-    for issue in scan.issues:
+        report.account(scan.result.account, expected=torn)
+        report.counts["commitlog_blanks"] += len(scan.result.blanks)
+        for gap in scan.result.gaps:
+            if gap.kind is GapKind.TORN_TAIL:
+                report.add(WARNING, "commitlog-tail", scan.result.path, gap.offset,
+                           f"{gap.length} bytes after the last valid record (torn write at "
+                           f"the write position, the logical end): {gap.reason}")
+    for issue in naming_issues(segments) + tail_issues(results, last_end):
         report.add(ERROR, "commitlog", issue.path, issue.offset, issue.reason)
-    report.counts["commitlog_end"] = scan.logical_end or 0
-    return records
+    report.counts["commitlog_end"] = last_end or 0
+    return checker.facts()
 
 
-def _check_record_crc(report: VerifyReport, record: CommitLogRecord) -> None:
-    if record.body_crc_ok is False:
-        report.add(ERROR, "body-crc", record.path, record.position,
-                   f"BODYCRC {record.body_crc} does not match the body "
-                   f"(physical offset {record.physical_offset})")
-    if record.property_crc_ok is False:
-        report.add(ERROR, "property-crc", record.path, record.position,
-                   f"__CRC32# trailer does not match (physical offset {record.physical_offset})")
-
-
-def _check_queue_offset_contiguity(report: VerifyReport, record: CommitLogRecord,
-                                   next_offset: dict[tuple[str, int], tuple[int, int]]) -> None:
-    """§8.6: dispatched records of one queue take consecutive queue offsets."""
-    if record.transaction_type not in DISPATCHED_TYPES:
-        return
-    queue = (record.topic, record.queue_id)
-    width = int(record.properties.get(INNER_NUM, "1")) if record.inner_batch else 1
-    expected = next_offset.get(queue)
-    if expected is not None and record.queue_offset != expected[0]:
-        report.add(ERROR, "queue-offset", record.path, record.position,
-                   f"{record.topic}/{record.queue_id}: queue offset {record.queue_offset} "
-                   f"follows {expected[0] - expected[1]} (expected {expected[0]})")
-    next_offset[queue] = (record.queue_offset + width, width)
-
-
-def _facts(record: CommitLogRecord) -> RecordFacts:
-    # The tag key is indexed only by 5.5.0+ brokers; accepting it always is harmless.
-    keys = record_index_keys(record.topic, record.properties.get("KEYS"), record.uniq_key,
-                             record.tags)
-    lmq_names = record.properties.get(INNER_MULTI_DISPATCH)
-    lmq_offsets = record.properties.get(INNER_MULTI_QUEUE_OFFSET)
-    lmq: tuple[tuple[str, int], ...] = ()
-    if lmq_names and lmq_offsets:
-        pairs = zip(lmq_names.split(","), lmq_offsets.split(","), strict=False)
-        lmq = tuple((name, int(offset)) for name, offset in pairs if offset.isdigit())
-    return RecordFacts(record.total_size, record.topic, record.queue_id, record.queue_offset,
-                       record.transaction_type in DISPATCHED_TYPES,
-                       frozenset(index_key_hash(key) for key in keys), lmq)
+def _report_index_mismatches(report: VerifyReport, entries: IndexEntries,
+                             facts: RecordFacts) -> None:
+    """Entries not confirmed while streaming: no record there, or not one of its keys."""
+    commitlog_min = int(facts.physical_offset[0]) if len(facts.physical_offset) else 0
+    unmatched = np.flatnonzero(~entries.matched & (entries.physical_offset >= commitlog_min))
+    _, starts = facts.locate(entries.physical_offset[unmatched])
+    for index, is_start in zip(unmatched.tolist(), starts.tolist(), strict=True):
+        number, phys = int(entries.number[index]), int(entries.physical_offset[index])
+        path = entries.files[entries.file[index]]
+        if is_start:
+            report.add(ERROR, "index-key", path, number,
+                       f"entry {number}: key hash {int(entries.key_hash[index])} is not a key "
+                       f"of the record at {phys}")
+        else:
+            report.add(ERROR, "index-resolve", path, number,
+                       f"entry {number}: no record starts at physical offset {phys}")
 
 
 # --------------------------------------------------------------------------- consume queues
 
 
-def _check_consume_queues(report: VerifyReport,
-                          records: dict[int, RecordFacts]) -> dict[tuple[str, int], QueueBounds]:
+def _check_consume_queues(report: VerifyReport, facts: RecordFacts
+                          ) -> dict[tuple[str, int], QueueBounds]:
     cq_root = report.root / "consumequeue"
     bounds: dict[tuple[str, int], QueueBounds] = {}
     if not cq_root.is_dir():
@@ -221,8 +413,9 @@ def _check_consume_queues(report: VerifyReport,
     tree = walk_queue_tree(cq_root)
     for skipped in tree.skipped:
         report.add(WARNING, "consumequeue", skipped.path, None, skipped.reason)
-    commitlog_min = min(records) if records else None
-    seen: set[tuple[str, int, int]] = set()
+    commitlog_min = int(facts.physical_offset[0]) if len(facts.physical_offset) else None
+    resolved = np.zeros(len(facts.physical_offset), dtype=bool)
+    units_end: dict[tuple[str, int], int] = {}  # 1 + highest queue offset with a good unit
     for queue in tree.queues:
         try:
             decodes = decode_queue(queue)
@@ -235,110 +428,108 @@ def _check_consume_queues(report: VerifyReport,
         bounds[(queue.topic, queue.queue_id)] = queue_range
         for decode in decodes:
             report.account(decode.account)
-            _check_units(report, decode, queue_range, records, seen)
-    _check_dispatch_complete(report, records, bounds, seen)
+            end = _check_units(report, decode, queue_range, facts, resolved)
+            key = (queue.topic, queue.queue_id)
+            units_end[key] = max(units_end.get(key, 0), end)
+    _check_dispatch_complete(report, facts, bounds, units_end, resolved)
     return bounds
 
 
 def _check_units(report: VerifyReport, decode: CqFileDecode, queue_range: QueueBounds,
-                 records: dict[int, RecordFacts], seen: set[tuple[str, int, int]]) -> None:
-    """§8.7/8.8: each unit in [min, max) points at the record it claims."""
+                 facts: RecordFacts, resolved: np.ndarray) -> int:
+    """§8.7/8.8: each unit from the queue's min offset on (also units past a hole, which
+    broker recovery would cut) points at the record it claims. Returns 1 + the highest
+    queue offset whose unit resolved (0 if none)."""
     queue_offsets = decode.queue_offset
-    live = ((queue_offsets >= queue_range.min_offset)
-            & (queue_offsets < queue_range.max_offset) & ~decode.is_filler)
-    offsets = decode.commitlog_offset[live]
+    live = (queue_offsets >= queue_range.min_offset) & ~decode.is_filler
+    offsets, sizes = decode.commitlog_offset[live], decode.size[live]
+    queue_offsets, positions = queue_offsets[live], decode.file_position[live]
+    report.counts["cq_units"] += len(offsets)
     if offsets.size > 1 and np.any(np.diff(offsets) <= 0):
         report.add(ERROR, "cq-order", decode.path, None,
                    "commitlog offsets do not strictly increase within the queue")
-    for queue_offset, phys, size, position in zip(
-            queue_offsets[live].tolist(), offsets.tolist(), decode.size[live].tolist(),
-            decode.file_position[live].tolist(), strict=True):
-        report.counts["cq_units"] += 1
-        problem = _unit_problem(decode.topic, decode.queue_id, queue_offset, phys, size,
-                                records)
+    rows, found = facts.locate(offsets)
+    if decode.topic.startswith("%LMQ%"):
+        problems = [_lmq_problem(decode.topic, int(q), int(o), found_one, facts)
+                    for q, o, found_one in zip(queue_offsets, offsets, found, strict=True)]
+    else:
+        problems = _unit_problems(decode, rows, found, offsets, sizes, queue_offsets, facts)
+    for position, queue_offset, problem in zip(positions.tolist(), queue_offsets.tolist(),
+                                               problems, strict=True):
         if problem:
             report.add(ERROR, "cq-resolve", decode.path, position,
                        f"{decode.topic}/{decode.queue_id} offset {queue_offset}: {problem}")
+    ok = np.array([problem is None for problem in problems], dtype=bool) & found
+    resolved[rows[ok]] = True
+    return int(queue_offsets[ok].max()) + 1 if ok.any() else 0
+
+
+def _unit_problems(decode: CqFileDecode, rows: np.ndarray, found: np.ndarray,
+                   offsets: np.ndarray, sizes: np.ndarray, queue_offsets: np.ndarray,
+                   facts: RecordFacts) -> list[str | None]:
+    """Why each unit does not resolve (None when it does), compared column-wise."""
+    topic_id = facts.topics.get(decode.topic, -1)
+    size_ok = facts.total_size[rows] == sizes
+    queue_ok = (facts.topic_id[rows] == topic_id) & (facts.queue_id[rows] == decode.queue_id)
+    offset_ok = facts.queue_offset[rows] == queue_offsets
+    if np.all(found & size_ok & queue_ok & offset_ok):
+        return [None] * len(offsets)
+    names = {number: name for name, number in facts.topics.items()}
+    problems: list[str | None] = []
+    for i, (phys, row) in enumerate(zip(offsets.tolist(), rows.tolist(), strict=True)):
+        if not found[i]:
+            problems.append(f"no commitlog record starts at physical offset {phys}")
+        elif not size_ok[i]:
+            problems.append(f"unit size {sizes[i]} != record TOTALSIZE {facts.total_size[row]}")
+        elif not queue_ok[i]:
+            problems.append(f"record at {phys} belongs to {names[facts.topic_id[row]]}/"
+                            f"{facts.queue_id[row]}")
+        elif not offset_ok[i]:
+            problems.append(f"record at {phys} has queue offset {facts.queue_offset[row]}")
         else:
-            seen.add((decode.topic, decode.queue_id, queue_offset))
+            problems.append(None)
+    return problems
 
 
-def _unit_problem(topic: str, queue_id: int, queue_offset: int, phys: int, size: int,
-                  records: dict[int, RecordFacts]) -> str | None:
-    facts = records.get(phys)
-    if facts is None:
+def _lmq_problem(topic: str, queue_offset: int, phys: int, found: bool,
+                 facts: RecordFacts) -> str | None:
+    """§8.7 for LMQ queues: the record lists this queue at this offset."""
+    if not found:
         return f"no commitlog record starts at physical offset {phys}"
-    if facts.total_size != size:
-        return f"unit size {size} != record TOTALSIZE {facts.total_size}"
-    if topic.startswith("%LMQ%"):
-        if (topic, queue_offset) not in facts.lmq_offsets:
-            return f"record at {phys} does not list {topic} at offset {queue_offset}"
-        return None
-    if (facts.topic, facts.queue_id) != (topic, queue_id):
-        return f"record at {phys} belongs to {facts.topic}/{facts.queue_id}"
-    if facts.queue_offset != queue_offset:
-        return f"record at {phys} has queue offset {facts.queue_offset}"
+    if (topic, queue_offset) not in facts.lmq.get(phys, ()):
+        return f"record at {phys} does not list {topic} at offset {queue_offset}"
     return None
 
 
-def _check_dispatch_complete(report: VerifyReport, records: dict[int, RecordFacts],
+def _check_dispatch_complete(report: VerifyReport, facts: RecordFacts,
                              bounds: dict[tuple[str, int], QueueBounds],
-                             seen: set[tuple[str, int, int]]) -> None:
-    """§8.10: every record a queue should hold is there; later ones are dispatch lag."""
-    lagging: dict[tuple[str, int], int] = defaultdict(int)
-    for phys, facts in records.items():
-        if not facts.dispatched:
+                             units_end: dict[tuple[str, int], int],
+                             resolved: np.ndarray) -> None:
+    """§8.10: every record a queue should hold is there. Records after the queue's last
+    unit are dispatch lag (a warning); a record below it without its unit is an error."""
+    pending = np.flatnonzero(facts.dispatched & ~resolved)
+    names = {number: name for name, number in facts.topics.items()}
+    key = facts.topic_id[pending].astype(np.int64) << 32 | facts.queue_id[pending]
+    for queue_key in np.unique(key).tolist():
+        rows = pending[key == queue_key]
+        topic, queue_id = names[queue_key >> 32], queue_key & 0xFFFFFFFF
+        queue_range = bounds.get((topic, queue_id))
+        offsets = facts.queue_offset[rows]
+        end = max(queue_range.max_offset, units_end.get((topic, queue_id), 0)) if (
+            queue_range) else -1
+        lagging = offsets >= end
+        if lagging.any():
+            report.add(WARNING, "cq-lag", None, None,
+                       f"{topic}/{queue_id}: {int(lagging.sum())} record(s) beyond the consume "
+                       "queue's max offset (not yet dispatched)")
+        if queue_range is None:
             continue
-        queue = (facts.topic, facts.queue_id)
-        queue_range = bounds.get(queue)
-        if queue_range is None or facts.queue_offset >= queue_range.max_offset:
-            lagging[queue] += 1
-        elif (facts.queue_offset >= queue_range.min_offset
-              and (facts.topic, facts.queue_id, facts.queue_offset) not in seen):
-            report.add(ERROR, "cq-missing", None, phys,
-                       f"record at physical offset {phys} ({facts.topic}/{facts.queue_id} "
-                       f"offset {facts.queue_offset}) has no consume-queue unit")
-    for (topic, queue_id), count in sorted(lagging.items()):
-        report.add(WARNING, "cq-lag", None, None,
-                   f"{topic}/{queue_id}: {count} record(s) beyond the consume queue's max "
-                   "offset (not yet dispatched)")
-
-
-# --------------------------------------------------------------------------- index
-
-
-def _check_index(report: VerifyReport, records: dict[int, RecordFacts]) -> None:
-    index_dir = report.root / "index"
-    if not index_dir.is_dir():
-        return
-    listing = list_index_files(index_dir)
-    for path, error in listing.rejected:
-        report.add(ERROR, "index", path, error.offset, error.reason)
-    commitlog_min = min(records) if records else 0
-    for info in listing.files:
-        with IndexFile.open(info.path) as index:
-            report.account(index.account())
-            for problem in index.validate().problems:
-                report.add(ERROR, "index", info.path, problem.offset,
-                           f"{problem.kind}: {problem.detail}")
-            _check_index_entries(report, index, records, commitlog_min)
-
-
-def _check_index_entries(report: VerifyReport, index: IndexFile,
-                         records: dict[int, RecordFacts], commitlog_min: int) -> None:
-    arrays = index.entry_arrays()
-    for number, key_hash, phys in zip(arrays["number"].tolist(), arrays["key_hash"].tolist(),
-                                      arrays["commitlog_offset"].tolist(), strict=True):
-        report.counts["index_entries"] += 1
-        if phys < commitlog_min:
-            continue  # the record's commitlog file was deleted by retention
-        facts = records.get(phys)
-        if facts is None:
-            report.add(ERROR, "index-resolve", index.path, number,
-                       f"entry {number}: no record starts at physical offset {phys}")
-        elif key_hash not in facts.keys_hashes:
-            report.add(ERROR, "index-key", index.path, number,
-                       f"entry {number}: key hash {key_hash} is not a key of the record at {phys}")
+        missing = rows[~lagging & (offsets >= queue_range.min_offset)]
+        for row in missing.tolist():
+            report.add(ERROR, "cq-missing", None, int(facts.physical_offset[row]),
+                       f"record at physical offset {int(facts.physical_offset[row])} ({topic}/"
+                       f"{queue_id} offset {int(facts.queue_offset[row])}) has no "
+                       "consume-queue unit")
 
 
 # --------------------------------------------------------------------------- config

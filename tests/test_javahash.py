@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from store_encoders import index_hash, java_hash
 
@@ -12,7 +13,9 @@ from rmqlib.javahash import (
     INT_MIN,
     index_key,
     index_key_hash,
+    index_key_hashes,
     java_string_hash,
+    java_string_hashes,
     tags_code,
 )
 
@@ -81,3 +84,15 @@ def test_matches_independent_implementation(text: str) -> None:
 def test_ranges(text: str) -> None:
     assert INT_MIN <= java_string_hash(text) <= INT_MAX
     assert 0 <= index_key_hash(text) <= INT_MAX
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.text(max_size=40)), max_size=30),
+       st.integers(0, 5))
+def test_bulk_hashes_equal_scalar_hashes(texts: list[str | None], skip: int) -> None:
+    """The vectorised path (ASCII fast path, per-row fallback, sliced arrays) agrees."""
+    array = pa.array(texts, pa.string()).slice(min(skip, len(texts)))
+    expected = [java_string_hash(t or "") for t in texts[min(skip, len(texts)):]]
+    assert java_string_hashes(array).tolist() == expected
+    assert index_key_hashes(array).tolist() == [
+        0 if h == -(2**31) else abs(h) for h in expected]

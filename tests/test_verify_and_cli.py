@@ -211,3 +211,42 @@ def test_rocksdb_consume_queue_and_metadata_are_present_not_decoded(store_copy: 
     assert "present, not decoded: config" in result.stdout
     warnings = [f.message for f in verify_store(store_copy).warnings]
     assert any("RocksDB consume queue" in message for message in warnings)
+
+
+def test_changed_queue_offset_breaks_contiguity_and_the_unit(store_copy: Path) -> None:
+    """QUEUEOFFSET is outside every CRC: only the cross-checks can catch a change."""
+    unit_file = next((store_copy / "consumequeue" / "TopicNormal" / "1").iterdir())
+    unit = unit_file.read_bytes()[5 * 20 : 6 * 20]  # queue offset 5
+    physical = int.from_bytes(unit[:8], "big")
+    segment = first_commitlog(store_copy)
+    with segment.open("r+b") as handle:
+        handle.seek(physical + 20)  # QUEUEOFFSET, spec §2.1
+        handle.write((77).to_bytes(8, "big"))
+    report = verify_store(store_copy)
+    checks = {(f.check, f.offset) for f in report.errors}
+    assert ("queue-offset", physical) in checks
+    assert ("cq-resolve", 5 * 20) in checks
+
+
+def test_zeroed_consume_queue_unit_leaves_its_record_without_a_unit(store_copy: Path) -> None:
+    unit_file = next((store_copy / "consumequeue" / "TopicNormal" / "2").iterdir())
+    data = bytearray(unit_file.read_bytes())
+    physical = int.from_bytes(data[3 * 20 : 3 * 20 + 8], "big")
+    data[3 * 20 : 4 * 20] = bytes(20)
+    unit_file.write_bytes(bytes(data))
+    report = verify_store(store_copy)
+    assert any(f.check == "unreadable" and f.offset == 60 and "hole" in f.message
+               for f in report.errors)
+    assert any(f.check == "cq-missing" and f.offset == physical for f in report.errors)
+
+
+def test_index_entry_with_a_foreign_key_hash_is_reported(store_copy: Path) -> None:
+    index_path = sorted((store_copy / "index").iterdir())[0]
+    entry_number = 7
+    position = 40 + 4 * 500 + 20 * entry_number  # harness geometry: 500 slots
+    with index_path.open("r+b") as handle:
+        handle.seek(position)
+        handle.write((123456789).to_bytes(4, "big"))
+    report = verify_store(store_copy)
+    assert any(f.check == "index-key" and f.offset == entry_number
+               and f.path == str(index_path) for f in report.errors)
