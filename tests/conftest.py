@@ -28,6 +28,12 @@ broker_stores = _load_harness_fixtures().broker_stores
 
 
 @pytest.fixture(scope="session")
+def store_harness():  # type: ignore[no-untyped-def]
+    """The harness module (tests/broker_harness/stores.py): ensure_stores, constants."""
+    return _load_harness_fixtures().stores
+
+
+@pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """The project's SparkSession (real Spark + Delta), started once per test session."""
     from jobs.spark_session import build_spark_session

@@ -8,31 +8,14 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.util
 import json
 import re
 import struct
-import sys
 import zlib
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
-
-
-def _load_fixtures():
-    name = "rmq_broker_harness_fixtures"
-    if name not in sys.modules:
-        path = Path(__file__).parent / "broker_harness" / "fixtures.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
-
-
-_fixtures = _load_fixtures()
-broker_stores = _fixtures.broker_stores  # session fixture (re-exported for pytest)
 
 pytestmark = pytest.mark.broker
 
@@ -223,8 +206,8 @@ def fail_plan(m: dict) -> bool:
 # --------------------------------------------------------------------------- every variant
 
 
-def test_cache_layout_and_marker(broker_stores):
-    stores = _fixtures.stores
+def test_cache_layout_and_marker(broker_stores, store_harness):
+    stores = store_harness
     assert set(broker_stores) == set(ALL)
     assert stores.DEFAULT_VARIANT == "v5-clean"
     fp = stores.fingerprint()
