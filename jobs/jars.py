@@ -88,14 +88,14 @@ def ensure_delta_jars(cache: Path | None = None) -> list[Path]:
     versions = pom_versions()
     target = jar_dir(cache, versions)
     if not (target / COMPLETE_MARKER).exists():
-        _fetch_with_maven(target)
+        _fetch_with_maven(target, versions)
     jars = sorted(target.glob("*.jar"))
     if not any(jar.name.startswith("delta-spark_") for jar in jars):
         raise JarSetupError(f"{target} holds no delta-spark jar; delete it and retry")
     return jars
 
 
-def _fetch_with_maven(target: Path) -> None:
+def _fetch_with_maven(target: Path, versions: JvmVersions) -> None:
     mvn = shutil.which("mvn")
     if mvn is None:
         raise JarSetupError("Maven (mvn) is not on PATH; it is needed once to fetch Delta jars")
@@ -107,7 +107,7 @@ def _fetch_with_maven(target: Path) -> None:
     if result.returncode != 0:
         tail = "\n".join((result.stdout + result.stderr).splitlines()[-20:])
         raise JarSetupError(f"Maven could not fetch the Delta jars:\n{tail}")
-    (staging / COMPLETE_MARKER).write_text(pom_versions().delta_artifact + "\n")
+    (staging / COMPLETE_MARKER).write_text(versions.delta_artifact + "\n")
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
 

@@ -21,8 +21,12 @@ import numpy as np
 import pyarrow as pa
 
 from rmqlib.accounting import FileAccount
-from rmqlib.consumequeue import EXT_MAX_ADDR, account_units, unit_file_identity
-from rmqlib.errors import NotAStoreFileError
+from rmqlib.consumequeue import (
+    EXT_MAX_ADDR,
+    account_units,
+    check_unit_start,
+    unit_file_identity,
+)
 from rmqlib.fileio import read_bytes
 
 # BatchConsumeQueue unit layout (CQ_STORE_UNIT_SIZE = 46), big-endian.
@@ -125,10 +129,7 @@ def decode_bcq_bytes(
     queue_id: int,
 ) -> BcqFileDecode:
     """Decode a whole batch-CQ file held in memory (numpy, one pass)."""
-    if start % BCQ_UNIT_SIZE:
-        raise NotAStoreFileError(
-            f"start offset {start} is not a multiple of {BCQ_UNIT_SIZE}", path=path
-        )
+    check_unit_start(start, BCQ_UNIT_SIZE, path)
     account = FileAccount(str(path), len(data))
     n_full = len(data) // BCQ_UNIT_SIZE
     raw = np.frombuffer(data, dtype=BCQ_UNIT_DTYPE, count=n_full)

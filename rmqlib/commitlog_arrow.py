@@ -79,6 +79,7 @@ from rmqlib.commitlog_walk import (
     SegmentFile,
     SegmentRangeScan,
     Window,
+    strided_view,
 )
 from rmqlib.errors import CorruptDataError
 from rmqlib.msgid import ip_to_string, offset_msg_id_from_bytes
@@ -265,19 +266,13 @@ class _Source:
     def __init__(self, u8: np.ndarray, buffer: pa.Buffer) -> None:
         self.u8 = u8
         self.buffer = buffer
-        self.words = _strided(u8, "<u4")
-        self.words12 = _strided(u8, "V12")
-        self.words8 = _strided(u8, "<u8")
+        self.words = strided_view(u8, "<u4")
+        self.words12 = strided_view(u8, "V12")
+        self.words8 = strided_view(u8, "<u8")
 
     @classmethod
     def of_bytes(cls, data: bytes) -> _Source:
         return cls(np.frombuffer(data, dtype=np.uint8), pa.py_buffer(data))
-
-
-def _strided(u8: np.ndarray, dtype: str) -> np.ndarray:
-    """Element i = the ``dtype`` value starting at byte i of ``u8``."""
-    width = np.dtype(dtype).itemsize
-    return np.ndarray((max(len(u8) - width + 1, 0),), dtype=dtype, buffer=u8, strides=(1,))
 
 
 def _compression_names(sysflag: np.ndarray) -> pa.Array:

@@ -168,12 +168,12 @@ class Window:
         self.end = end
         self.u8 = np.frombuffer(data, dtype=np.uint8)
         self.i8 = self.u8.view(np.int8)
-        self.i16 = _strided(data, ">i2")
-        self.i32 = _strided(data, ">i4")
-        self.i64 = _strided(data, ">i8")
+        self.i16 = strided_view(data, ">i2")
+        self.i32 = strided_view(data, ">i4")
+        self.i64 = strided_view(data, ">i8")
         # Gathered as opaque 88-byte rows (a plain memcpy each), viewed as HEADER_V4 after:
         # fancy indexing a structured dtype directly copies field by field, 6x slower.
-        self.header_bytes = _strided(data, f"V{HEADER_V4.itemsize}")
+        self.header_bytes = strided_view(data, f"V{HEADER_V4.itemsize}")
 
     @classmethod
     def load(cls, seg: SegmentFile, pos: int, length: int) -> Window:
@@ -184,7 +184,7 @@ class Window:
         return cls(pos, data, pos + length)
 
 
-def _strided(data: bytes, dtype: str | np.dtype) -> np.ndarray:
+def strided_view(data: bytes | np.ndarray, dtype: str | np.dtype) -> np.ndarray:
     """View of ``data`` where element i is the value starting at byte i (for gathers)."""
     width = np.dtype(dtype).itemsize
     count = max(len(data) - width + 1, 0)

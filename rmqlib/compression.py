@@ -12,6 +12,7 @@ keeps a corrupt or hostile body from inflating without bound.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from enum import IntEnum
 
 import lz4.frame
@@ -95,42 +96,45 @@ def _zlib(data: bytes, max_size: int) -> bytes:
     return out
 
 
-def _lz4(data: bytes, max_size: int) -> bytes:
+def _frames(data: bytes, max_size: int, codec: str,
+            open_frame: Callable[[bytes, int], tuple[bytes, bool, bytes]]) -> bytes:
+    """Decode concatenated frames (both Java compressors may emit more than one).
+
+    ``open_frame(remaining, budget)`` decodes one frame, producing at most ``budget``
+    bytes, and returns (output, reached the frame's end mark, bytes after the frame).
+    """
     parts: list[bytes] = []
     size = 0
     remaining = data
     while remaining:
-        frame = lz4.frame.LZ4FrameDecompressor()
-        out = frame.decompress(remaining, max_length=max_size + 1 - size)
+        out, ended, remaining = open_frame(remaining, max_size + 1 - size)
         size += len(out)
         parts.append(out)
         if size > max_size:
             raise _Incomplete(f"inflates beyond {max_size} bytes")
-        if not frame.eof:
-            raise _Incomplete("is truncated (LZ4 frame has no end mark)")
-        remaining = frame.unused_data or b""
+        if not ended:
+            raise _Incomplete(f"is truncated ({codec} frame has no end mark)")
     if not parts:
-        raise _Incomplete("is empty (no LZ4 frame)")
+        raise _Incomplete(f"is empty (no {codec} frame)")
     return b"".join(parts)
+
+
+def _lz4(data: bytes, max_size: int) -> bytes:
+    def one_frame(remaining: bytes, budget: int) -> tuple[bytes, bool, bytes]:
+        frame = lz4.frame.LZ4FrameDecompressor()
+        out = frame.decompress(remaining, max_length=budget)
+        return out, frame.eof, frame.unused_data or b""
+
+    return _frames(data, max_size, "LZ4", one_frame)
 
 
 def _zstd(data: bytes, max_size: int) -> bytes:
-    parts: list[bytes] = []
-    size = 0
-    remaining = data
-    while remaining:
+    def one_frame(remaining: bytes, budget: int) -> tuple[bytes, bool, bytes]:
         declared = zstandard.frame_content_size(remaining)
-        if declared > max_size:
+        if declared >= budget:  # budget = what is left of max_size, plus one
             raise _Incomplete(f"declares {declared} bytes, beyond {max_size}")
         frame = zstandard.ZstdDecompressor().decompressobj()
         out = frame.decompress(remaining)
-        size += len(out)
-        parts.append(out)
-        if size > max_size:
-            raise _Incomplete(f"inflates beyond {max_size} bytes")
-        if not frame.eof:
-            raise _Incomplete("is truncated (zstd frame has no end)")
-        remaining = frame.unused_data
-    if not parts:
-        raise _Incomplete("is empty (no zstd frame)")
-    return b"".join(parts)
+        return out, frame.eof, frame.unused_data
+
+    return _frames(data, max_size, "zstd", one_frame)

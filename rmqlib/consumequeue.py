@@ -155,15 +155,19 @@ def queue_location(path: str | Path) -> tuple[str, int]:
     return path.parent.parent.name, int(queue_name)
 
 
-def unit_file_start(path: str | Path, unit_size: int) -> int:
-    """Start offset from the file name, which must be a multiple of the unit size."""
-    start = parse_segment_name(path)
+def check_unit_start(start: int, unit_size: int, path: str | Path) -> int:
+    """A queue file starts on a unit boundary (its name is queue offset x unit size)."""
     if start % unit_size:
         raise NotAStoreFileError(
-            f"file name offset {start} is not a multiple of the {unit_size}-byte unit",
+            f"file start offset {start} is not a multiple of the {unit_size}-byte unit",
             path=path,
         )
     return start
+
+
+def unit_file_start(path: str | Path, unit_size: int) -> int:
+    """Start offset from the file name, which must be a multiple of the unit size."""
+    return check_unit_start(parse_segment_name(path), unit_size, path)
 
 
 @dataclass(frozen=True)
@@ -325,10 +329,7 @@ def decode_cq_bytes(
     queue_id: int,
 ) -> CqFileDecode:
     """Decode a whole consume-queue file held in memory (numpy, one pass)."""
-    if start % CQ_UNIT_SIZE:
-        raise NotAStoreFileError(
-            f"start offset {start} is not a multiple of {CQ_UNIT_SIZE}", path=path
-        )
+    check_unit_start(start, CQ_UNIT_SIZE, path)
     account = FileAccount(str(path), len(data))
     n_full = len(data) // CQ_UNIT_SIZE
     units = np.frombuffer(data, dtype=CQ_UNIT_DTYPE, count=n_full)
