@@ -18,6 +18,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from rmqlib.errors import NotAStoreFileError
+from rmqlib.markers import MarkerContent, read_abort
 
 SEGMENT_NAME = re.compile(r"^\d{20}$")
 INDEX_NAME = re.compile(r"^\d{17}$")
@@ -262,16 +263,17 @@ def detect_generation(inventory: Inventory) -> tuple[str, list[str]]:
     root = inventory.root
     five: list[str] = []
     names = {f.path.as_posix() for f in inventory.files}
+    abort = read_abort(root).abort
     for path in ("abort.bak", "timerwheel", "config/timercheck", "config/timermetrics"):
         if path in names:
             five.append(f"{path} exists (5.x only)")
-    if "abort" in names and (root / "abort").read_bytes().strip():
+    if abort is not None and abort.kind == "pid":
         five.append("abort holds a PID (5.x writes its PID; 4.x leaves it empty)")
     if {FileKind.TIMER_LOG, FileKind.BATCH_CONSUME_QUEUE, FileKind.COMPACTION,
             FileKind.ROCKSDB} & {f.kind for f in inventory.files}:
         five.append("5.x-only directories present (timerlog/batchconsumequeue/compaction/RocksDB)")
     five.extend(_config_evidence(root))
-    four = _four_evidence(root, names)
+    four = _four_evidence(root, abort)
     if five:
         return "5.x", five
     if four:
@@ -289,11 +291,11 @@ def _config_evidence(root: Path) -> list[str]:
     return evidence
 
 
-def _four_evidence(root: Path, names: set[str]) -> list[str]:
+def _four_evidence(root: Path, abort: MarkerContent | None) -> list[str]:
     text = _read_text(root / "config" / "consumerOffset.json")
     if text and '"dataVersion"' not in text:
         return ["config/consumerOffset.json has no dataVersion (4.x writes only offsetTable)"]
-    if "abort" in names and not (root / "abort").read_bytes().strip():
+    if abort is not None and abort.kind == "empty":
         return ["abort is empty (4.x)"]
     return []
 
