@@ -25,6 +25,7 @@ from rmqlib.consumequeue import (
     EXT_MAX_ADDR,
     account_units,
     check_unit_start,
+    decode_unit_range,
     unit_file_identity,
 )
 from rmqlib.fileio import read_bytes
@@ -173,6 +174,15 @@ def decode_bcq_file(
         read_bytes(path), path=path, start=where.start, topic=where.topic,
         queue_id=where.queue_id,
     )
+
+
+def decode_bcq_range(
+    path: str | Path, begin: int = 0, end: int | None = None, *,
+    topic: str | None = None, queue_id: int | None = None,
+) -> BcqFileDecode:
+    """Decode bytes [begin, end) of one batch-CQ file; same rules as ``decode_cq_range``."""
+    return decode_unit_range(path, begin, end, BCQ_UNIT_SIZE, decode_bcq_bytes, topic,
+                             queue_id)
 
 
 @dataclass(frozen=True)

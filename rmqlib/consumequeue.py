@@ -24,16 +24,17 @@ from __future__ import annotations
 import itertools
 import os
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
 
-from rmqlib.accounting import FileAccount
+from rmqlib.accounting import FileAccount, UnreadableRegion
 from rmqlib.errors import NotAStoreFileError
-from rmqlib.fileio import read_bytes, runs
+from rmqlib.fileio import has_nonzero_after, read_bytes, read_range, runs
 from rmqlib.segments import SEGMENT_NAME, Segment, parse_segment_name
 
 # Unit layout (ConsumeQueue.CQ_STORE_UNIT_SIZE), big-endian.
@@ -375,6 +376,74 @@ def decode_cq_file(
         read_bytes(path), path=path, start=where.start, topic=where.topic,
         queue_id=where.queue_id,
     )
+
+
+def unit_range(path: str | Path, begin: int, end: int | None, unit_size: int
+               ) -> tuple[int, int, int]:
+    """(begin, end, file size) of a unit-aligned byte range of a queue file, clipped."""
+    size = Path(path).stat().st_size
+    end = size if end is None else min(end, size)
+    if begin < 0 or begin % unit_size or end < begin:
+        raise ValueError(f"bad unit range [{begin}, {end}) for {unit_size}-byte units")
+    return begin, end, size
+
+
+def range_account(local: FileAccount, path: str | Path, begin: int, end: int,
+                  file_size: int, unit_size: int) -> FileAccount:
+    """The account of bytes [begin, end) of a file, from the account of their decode.
+
+    Offsets move from range-relative to file-relative. Zero units at the end of a range
+    are a zero tail only if nothing non-zero follows in the file; otherwise they are a
+    hole, exactly as a whole-file decode would report them.
+    """
+    account = FileAccount(str(path), end - begin, local.decoded, local.blank)
+    for region in local.unreadable:
+        account.unreadable.append(UnreadableRegion(
+            str(path), region.offset + begin, region.length, region.reason))
+    tail = local.zero_tail
+    full_units_end = file_size // unit_size * unit_size
+    if tail and end < full_units_end and has_nonzero_after(path, end, full_units_end):
+        account.add_unreadable(end - tail, tail,
+                               "all-zero units followed by more data (hole in the queue)")
+    else:
+        account.zero_tail = tail
+    return account.check()
+
+
+Decode = TypeVar("Decode")  # CqFileDecode or BcqFileDecode
+
+
+def decode_unit_range(path: str | Path, begin: int, end: int | None, unit_size: int,
+                      decode_bytes: Callable[..., Decode], topic: str | None,
+                      queue_id: int | None) -> Decode:
+    """Decode bytes [begin, end) of a fixed-unit queue file with ``decode_bytes``.
+
+    Positions and the account come back file-relative; the account covers only the
+    range, so the decodes of adjacent ranges add up to the whole file.
+    """
+    begin, end, file_size = unit_range(path, begin, end, unit_size)
+    where = unit_file_identity(path, unit_size, topic, queue_id)
+    local = decode_bytes(read_range(path, begin, end), path=path, start=where.start + begin,
+                         topic=where.topic, queue_id=where.queue_id)
+    local.start = where.start
+    local.file_position = local.file_position + begin
+    local.write_position += begin
+    local.data_end += begin
+    local.account = range_account(local.account, path, begin, end, file_size, unit_size)
+    return local
+
+
+def decode_cq_range(
+    path: str | Path, begin: int = 0, end: int | None = None, *,
+    topic: str | None = None, queue_id: int | None = None,
+) -> CqFileDecode:
+    """Decode bytes [begin, end) of one consume-queue file (``begin`` on a unit boundary).
+
+    Used by the incremental loads, which read a growing queue file only past what they
+    already loaded (see :func:`decode_unit_range`).
+    """
+    return decode_unit_range(path, begin, end, CQ_UNIT_SIZE, decode_cq_bytes, topic,
+                             queue_id)
 
 
 # --------------------------------------------------------------------------- directory walk

@@ -16,15 +16,43 @@ from rmqlib.errors import NotAStoreFileError
 
 def read_bytes(path: str | Path) -> bytes:
     """Whole file contents, or NotAStoreFileError when it is missing or unreadable."""
+    return read_range(path, 0)
+
+
+def read_range(path: str | Path, begin: int, end: int | None = None) -> bytes:
+    """Bytes [begin, end) of a file (clipped to its size), without reading the rest;
+    NotAStoreFileError when it is missing or unreadable.
+
+    Lets the Spark jobs decode only the new part of a growing queue file.
+    """
     path = Path(path)
     try:
-        return path.read_bytes()
+        with open(path, "rb") as handle:
+            handle.seek(begin)
+            return handle.read(-1 if end is None else max(0, end - begin))
     except FileNotFoundError as exc:
         raise NotAStoreFileError("file does not exist", path=path) from exc
     except IsADirectoryError as exc:
         raise NotAStoreFileError("expected a file, found a directory", path=path) from exc
     except OSError as exc:
         raise NotAStoreFileError(f"cannot read file: {exc.strerror}", path=path) from exc
+
+
+def has_nonzero_after(path: str | Path, position: int, stop: int | None = None,
+                      chunk: int = 1 << 20) -> bool:
+    """True when any byte in [position, stop) (default: to the end) is non-zero."""
+    with open(path, "rb") as handle:
+        handle.seek(position)
+        left = None if stop is None else max(stop - position, 0)
+        while left is None or left > 0:
+            block = handle.read(chunk if left is None else min(chunk, left))
+            if not block:
+                break
+            if block.strip(b"\x00"):
+                return True
+            if left is not None:
+                left -= len(block)
+    return False
 
 
 def runs(mask: np.ndarray) -> list[tuple[int, int]]:
