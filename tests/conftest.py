@@ -25,6 +25,8 @@ def _load_harness_fixtures():  # type: ignore[no-untyped-def]
 
 # {variant: variant dir} of the real-broker stores, built on first use (session scope).
 broker_stores = _load_harness_fixtures().broker_stores
+# The v5-growing variant dir (snapshots s1..s3 of one running broker), built on first use.
+growing_store = _load_harness_fixtures().growing_store
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,8 @@
 """pytest fixtures for the real-broker stores: thin wrappers around ``stores.ensure_stores``.
 
-Import into a test module (or a conftest) with ``from <this module> import broker_stores``; the
-module loads ``stores.py`` by path, so it works whether or not ``tests`` is a package.
+Import into a test module (or a conftest) with ``from <this module> import broker_stores,
+growing_store``; the module loads ``stores.py`` by path, so it works whether or not ``tests`` is a
+package.
 """
 
 from __future__ import annotations
@@ -33,6 +34,19 @@ def broker_stores() -> dict[str, Path]:
     """{variant: variant dir} for every variant; generates missing ones (a few minutes)."""
     try:
         return stores.ensure_stores()
+    except stores.StoreGenerationError as exc:
+        details = f"\n{exc.details}" if exc.details else ""
+        pytest.fail(f"{exc}{details}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def growing_store() -> Path:
+    """The ``v5-growing`` variant dir: ``snapshots/s1|s2|s3/store`` (hot copies of one running
+    broker, s3 after its retention deleted the oldest commitlog files), ``store/`` (final state
+    after a clean shutdown) and ``truth/`` (incl. ``snapshots.json``). Generated on first use
+    (~1.5 min), separately from the four main variants."""
+    try:
+        return stores.ensure_stores([stores.GROWING_VARIANT])[stores.GROWING_VARIANT]
     except stores.StoreGenerationError as exc:
         details = f"\n{exc.details}" if exc.details else ""
         pytest.fail(f"{exc}{details}", pytrace=False)

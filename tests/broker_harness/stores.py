@@ -11,11 +11,17 @@ happened. Layout of one variant under the cache directory::
     <cache>/<variant>/logs/      name server / broker / driver logs and configs
     <cache>/<variant>/COMPLETE   written last: JSON with the harness fingerprint
 
+The extra variant ``v5-growing`` (not part of ``VARIANTS``, see ``EXTRA_VARIANTS``) also has
+``snapshots/s1|s2|s3/store`` (hot copies of the running broker's store) and
+``truth/snapshots.json``.
+
 Stdlib only; imports nothing from the project. Usage::
 
-    python tests/broker_harness/stores.py [--variants v4-clean,v5-killed] [--cache DIR] [--force]
+    python tests/broker_harness/stores.py [--variants v4-clean,v5-killed|all] [--cache DIR]
+                                          [--force]
 
-Library use: ``ensure_stores(variants=None, cache_dir=None) -> dict[str, pathlib.Path]``.
+Library use: ``ensure_stores(variants=None, cache_dir=None) -> dict[str, pathlib.Path]``
+(``None`` = the four main variants; ``ensure_stores(["v5-growing"])`` for the extra one).
 The cache defaults to ``<repo>/.cache/stores``; the environment variable ``RMQ_STORE_CACHE``
 overrides it.
 """
@@ -39,7 +45,14 @@ HARNESS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = HARNESS_DIR.parent.parent
 POM = HARNESS_DIR / "pom.xml"
 
+#: The four main variants: what ``ensure_stores()`` and the ``broker_stores`` fixture build.
 VARIANTS: tuple[str, ...] = ("v4-clean", "v4-killed", "v5-clean", "v5-killed")
+#: Built only on request (``ensure_stores(["v5-growing"])``, ``--variants v5-growing|all``, the
+#: ``growing_store`` fixture): successive hot copies of one running 5.5.0 broker, the last one
+#: after the broker's own retention deleted the oldest commitlog files.
+GROWING_VARIANT = "v5-growing"
+EXTRA_VARIANTS: tuple[str, ...] = (GROWING_VARIANT,)
+ALL_VARIANTS: tuple[str, ...] = VARIANTS + EXTRA_VARIANTS
 DEFAULT_VARIANT = "v5-clean"
 CACHE_ENV = "RMQ_STORE_CACHE"
 MARKER = "COMPLETE"
@@ -194,8 +207,9 @@ def _rmtree(path: Path) -> None:
 
 def generate_variant(variant: str, cache: Path, fp: str) -> Path:
     """Runs the harness for one variant into a temp dir, then renames it into place."""
-    if variant not in VARIANTS:
-        raise StoreGenerationError(f"unknown variant {variant!r} (known: {', '.join(VARIANTS)})")
+    if variant not in ALL_VARIANTS:
+        raise StoreGenerationError(
+            f"unknown variant {variant!r} (known: {', '.join(ALL_VARIANTS)})")
     build_harness()
     line = variant.split("-", 1)[0]
     final = cache / variant
@@ -266,8 +280,9 @@ def ensure_stores(variants=None, cache_dir=None, *, force: bool = False,
     """
     names = list(VARIANTS if variants is None else variants)
     for v in names:
-        if v not in VARIANTS:
-            raise StoreGenerationError(f"unknown variant {v!r} (known: {', '.join(VARIANTS)})")
+        if v not in ALL_VARIANTS:
+            raise StoreGenerationError(
+                f"unknown variant {v!r} (known: {', '.join(ALL_VARIANTS)})")
     cache = Path(cache_dir).expanduser().resolve() if cache_dir else default_cache_dir()
     fp = fingerprint()
     result: dict[str, Path] = {}
@@ -295,13 +310,16 @@ def ensure_stores(variants=None, cache_dir=None, *, force: bool = False,
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Generate (or reuse) real RocketMQ broker stores.")
     ap.add_argument("--variants", default=",".join(VARIANTS),
-                    help=f"comma-separated subset of {','.join(VARIANTS)}")
+                    help=f"comma-separated subset of {','.join(ALL_VARIANTS)}, or 'all' "
+                         f"(default: the four main variants)")
     ap.add_argument("--cache", default=None,
                     help=f"cache directory (default ${CACHE_ENV} or .cache/stores)")
     ap.add_argument("--force", action="store_true",
                     help="regenerate even if a complete store exists")
     args = ap.parse_args(argv)
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    if variants == ["all"]:
+        variants = list(ALL_VARIANTS)
 
     def log(msg: str) -> None:
         print(f"stores.py: {msg}", file=sys.stderr, flush=True)

@@ -27,7 +27,10 @@ import java.util.concurrent.TimeUnit;
  * org.apache.rocketmq jars, same classpath as this process), runs the workload through the
  * real client in this JVM, records ground truth, then either shuts the broker down cleanly
  * (SIGTERM: the broker's own shutdown hook persists config JSON and deletes {@code abort})
- * or SIGKILLs it while producers are still sending.
+ * or SIGKILLs it while producers are still sending. Variants ending in {@code -growing} run
+ * {@link GrowingWorkload} instead: hot copies of the live store taken between production phases
+ * and after the broker's own retention deleted old commitlog files (DIR also gets
+ * {@code snapshots/s1..s3/store}).
  *
  * <p>Usage: {@code java -cp ... rmqharness.Harness --variant v5-clean --out DIR [--timeout SEC]}.
  * DIR gets {@code store/} (storePathRootDir), {@code truth/}, {@code logs/}. Exit code 0 on
@@ -55,6 +58,7 @@ public final class Harness {
 
     final String variant;
     final boolean killedMode;
+    final boolean growingMode;
     final Path out;
     final Path store;
     final Path truth;
@@ -69,12 +73,10 @@ public final class Harness {
 
     Harness(String variant, Path out, int timeoutSec) {
         this.variant = variant;
-        if (variant.endsWith("-clean")) {
-            this.killedMode = false;
-        } else if (variant.endsWith("-killed")) {
-            this.killedMode = true;
-        } else {
-            throw new HarnessError("variant must end with -clean or -killed: " + variant);
+        this.killedMode = variant.endsWith("-killed");
+        this.growingMode = variant.endsWith("-growing");
+        if (!killedMode && !growingMode && !variant.endsWith("-clean")) {
+            throw new HarnessError("variant must end with -clean, -killed or -growing: " + variant);
         }
         String line = variant.substring(0, variant.indexOf('-'));
         if (!line.equals("v" + Compat.LINE)) {
@@ -215,6 +217,7 @@ public final class Harness {
         run.put("mqVersionDesc", org.apache.rocketmq.common.MQVersion.getVersionDesc(
             org.apache.rocketmq.common.MQVersion.CURRENT_VERSION));
         run.put("shutdownMode", killedMode ? "killed" : "clean");
+        run.put("scenario", growingMode ? "growing" : killedMode ? "killed" : "clean");
         run.put("javaVersion", System.getProperty("java.version"));
         Map<String, Object> ports = new LinkedHashMap<>();
         ports.put("namesrv", nsPort);
@@ -232,10 +235,19 @@ public final class Harness {
         run.put("storePathAtGeneration", store.toString());
 
         Workload wl = new Workload(this, nsAddr, brokerAddr, new Random(20240611L));
-        try {
-            wl.run(run);
-        } finally {
-            wl.writeTruth(run);
+        if (growingMode) {
+            GrowingWorkload g = new GrowingWorkload(this, wl);
+            try {
+                g.run(run);
+            } finally {
+                g.writeTruth(run);
+            }
+        } else {
+            try {
+                wl.run(run);
+            } finally {
+                wl.writeTruth(run);
+            }
         }
         killChildren();
         deleteTree(work);
@@ -292,6 +304,12 @@ public final class Harness {
         c.put("traceTopicEnable", "false");
         c.put("metricsExporterType", "DISABLE");
         c.put("enableControllerMode", "false");
+        if (growingMode) {
+            // The retention services (CleanCommitLogService; CQ + index cleanup) first run 60 s after the
+            // store started, then every cleanResourceInterval ms (default 10 000). 2 s lets the CQ cleanup
+            // follow the commitlog deletion quickly; retention itself is switched on at run time.
+            c.put("cleanResourceInterval", String.valueOf(GrowingWorkload.CLEAN_RESOURCE_INTERVAL_MS));
+        }
         // NB: not scanAvailableNameSrv=false here: 5.x brokers register only with name servers
         // the scan found available (their list is loopback only anyway).
         return c;
@@ -389,6 +407,11 @@ public final class Harness {
     }
 
     void stopNamesrv() throws InterruptedException {
+        if (namesrv != null && namesrv.isAlive() && growingMode) {
+            // nothing of the name server is kept; its SIGTERM hook alone takes ~4 s on 5.5.0
+            namesrv.destroyForcibly();
+            namesrv.waitFor(30, TimeUnit.SECONDS);
+        }
         if (namesrv != null && namesrv.isAlive()) {
             namesrv.destroy();
             if (!namesrv.waitFor(30, TimeUnit.SECONDS)) {

@@ -258,7 +258,12 @@ final class Workload {
     }
 
     void createTopics() throws Exception {
-        for (Map.Entry<String, Integer> e : topics().entrySet()) {
+        createTopics(topics());
+    }
+
+    /** Creates the topics (name -> queue count) on the broker and waits until the name server routes them. */
+    void createTopics(Map<String, Integer> wanted) throws Exception {
+        for (Map.Entry<String, Integer> e : wanted.entrySet()) {
             TopicConfig tc = new TopicConfig(e.getKey());
             tc.setReadQueueNums(e.getValue());
             tc.setWriteQueueNums(e.getValue());
@@ -269,7 +274,7 @@ final class Workload {
             admin.createAndUpdateTopicConfig(brokerAddr, tc);
         }
         // wait until the name server routes every topic
-        for (String t : topics().keySet()) {
+        for (String t : wanted.keySet()) {
             long end = System.currentTimeMillis() + 30000;
             while (true) {
                 try {
