@@ -12,6 +12,10 @@ STORE_CACHE ?= $(or $(RMQ_STORE_CACHE),.cache/stores)
 # The store `make run` reads: RMQ_STORE if set, else the embedded default built by the
 # real-broker harness (5.x, clean shutdown).
 RUN_STORE   ?= $(or $(RMQ_STORE),$(STORE_CACHE)/v5-clean/store)
+# Broker name and snapshot id of `make run`: one snapshot per UTC day, so a second run on
+# the same day shows the idempotent skip.
+RUN_BROKER  ?= $(or $(RMQ_BROKER),broker-a)
+RUN_SNAPSHOT ?= $(shell date -u +%F)
 
 .PHONY: setup run test lint lock jars stores default-store clean check-tools
 
@@ -35,19 +39,21 @@ $(INSTALLED): requirements.lock pyproject.toml | check-tools
 jars: $(INSTALLED)
 	$(PY) -m jobs.jars >/dev/null
 
-## stores: real RocketMQ broker stores + ground truth in .cache/stores (built once)
+## stores: real RocketMQ broker stores + ground truth in .cache/stores (built once):
+## the four main variants and v5-growing (hot snapshots of one running broker)
 stores: $(INSTALLED)
-	$(PY) tests/broker_harness/stores.py
+	$(PY) tests/broker_harness/stores.py --variants all
 
 # Only the embedded default variant, for `make run`.
 default-store: $(INSTALLED)
 	@if [ -z "$(RMQ_STORE)" ]; then $(PY) tests/broker_harness/stores.py --variants v5-clean; fi
 
-## run: set up, then run the main job end to end on the embedded default store.
-## Until the Airflow DAG exists the main job is what exists: inventory + full verification.
+## run: set up, then run the main job end to end on the embedded default store:
+## load the snapshot into the Delta tables (.cache/warehouse) and show a saved query.
+## Until the Airflow DAG exists this is the main job.
 run: setup default-store
-	$(VENV)/bin/rmq inspect $(RUN_STORE)
-	$(VENV)/bin/rmq verify $(RUN_STORE)
+	$(PY) -m jobs load --broker $(RUN_BROKER) --snapshot-id $(RUN_SNAPSHOT) \
+		--query volume_per_topic_hour $(RUN_STORE)
 
 ## test: set up, then run the whole test suite
 # pytest exits 5 when it collects no tests; that alone must not fail CI.

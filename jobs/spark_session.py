@@ -10,6 +10,7 @@ Override any setting with ``extra_conf`` or ``RMQ_SPARK_MASTER`` (e.g.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -19,6 +20,8 @@ from jobs.jars import REPO_ROOT, check_python_agrees, ensure_delta_jars, pom_ver
 
 DEFAULT_MASTER = "local[2]"
 DEFAULT_WAREHOUSE = REPO_ROOT / ".cache" / "warehouse"
+DEFAULT_LOG_FILE = REPO_ROOT / ".cache" / "logs" / "spark.log"
+LOG4J_CONFIG = REPO_ROOT / "jvm" / "log4j2.properties"
 
 BASE_CONF: dict[str, str] = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -34,6 +37,11 @@ BASE_CONF: dict[str, str] = {
     "spark.default.parallelism": "4",
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # Spark 4.1 substitutes named parameters (spark.sql(..., args=...)) in the parser, and
+    # a session extension's parser (Delta's here, Iceberg's alike: apache/iceberg#16625,
+    # apache/spark#55392) drops them: UNBOUND_SQL_PARAMETER. The legacy substitution binds
+    # them after parsing and works with Delta; the saved queries rely on it.
+    "spark.sql.legacy.parameterSubstitution.constantsOnly": "true",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
 }
@@ -49,18 +57,53 @@ def build_spark_session(
     """Create (or return the running) SparkSession configured for Delta."""
     check_python_agrees(pom_versions())
     jars = ensure_delta_jars()
+    # Python workers must run this interpreter (the project venv, which has rmqlib and
+    # numpy), not whatever "python3" is first on PATH; pyspark reads the variable.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # Keep the driver on loopback instead of the host's first interface address.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     warehouse = warehouse or Path(os.environ.get("RMQ_WAREHOUSE", DEFAULT_WAREHOUSE))
+    log_file = Path(os.environ.get("RMQ_SPARK_LOG_FILE", DEFAULT_LOG_FILE))
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    java_options = (f"-Dderby.system.home={warehouse} -Drmq.log.file={log_file} "
+                    f"-Dlog4j2.configurationFile={LOG4J_CONFIG}")
+    # Under spark-submit the driver JVM is already running (pyspark then finds its gateway
+    # in the environment): spark-submit's --master applies unless one is given here, and
+    # the Delta jars must come from its --jars, since the driver classpath is fixed by now.
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ
+    master = master or os.environ.get("RMQ_SPARK_MASTER") or (
+        None if submitted else DEFAULT_MASTER)
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    if not submitted:
+        builder = builder.config("spark.jars", ",".join(str(jar) for jar in jars))
     builder = (
-        SparkSession.builder.appName(app_name)
-        .master(master or os.environ.get("RMQ_SPARK_MASTER", DEFAULT_MASTER))
-        .config("spark.jars", ",".join(str(jar) for jar in jars))
+        builder
         .config("spark.sql.warehouse.dir", str(warehouse))
-        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={warehouse}")
+        .config("spark.driver.extraJavaOptions", java_options)
+        .config("spark.executor.extraJavaOptions", java_options)
+        .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
     )
     for key, value in {**BASE_CONF, **(extra_conf or {})}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(os.environ.get("RMQ_SPARK_LOG_LEVEL", "WARN"))
+    if submitted:
+        _require_delta_on_driver(session, jars[0].parent)
     return session
+
+
+def _require_delta_on_driver(session: SparkSession, jar_dir: Path) -> None:
+    """Fail in one line when spark-submit was run without the Delta jars."""
+    from py4j.protocol import Py4JJavaError
+
+    try:
+        session._jvm.org.apache.spark.util.Utils.classForName(  # type: ignore[union-attr]
+            BASE_CONF["spark.sql.extensions"], False, False)
+    except Py4JJavaError:
+        session.stop()
+        raise RuntimeError(
+            f"the Delta jars are not on the driver's classpath: run spark-submit with "
+            f"--jars \"$(python -m jobs.jars | paste -sd, -)\" (they are in {jar_dir})"
+        ) from None

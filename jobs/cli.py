@@ -1,0 +1,176 @@
+"""``python -m jobs``: load a snapshot, run SQL, list the tables.
+
+    python -m jobs load --broker NAME --snapshot-id ID STORE_DIR [--body-policy full|hash|none]
+    python -m jobs sql "SELECT ... FROM rmq.messages"      # or: --saved NAME [-p key=value]
+    python -m jobs sql --list                              # the saved queries
+    python -m jobs tables                                  # tables, rows, locations
+
+Exit codes: 0 done, 2 bad command line, 3 refused or bad input (not a store, a store that
+went backwards, an unfinished earlier snapshot, an unknown query), 4 internal error.
+Errors are one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+
+EXIT_OK, EXIT_USAGE, EXIT_REFUSED, EXIT_INTERNAL = 0, 2, 3, 4
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m jobs", description=__doc__.split("\n")[0])
+    parser.add_argument("--master", help="Spark master URL (default RMQ_SPARK_MASTER or local[2])")
+    parser.add_argument("--warehouse", help="warehouse directory (default RMQ_WAREHOUSE)")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    load = commands.add_parser("load", help="load a store snapshot into the Delta tables")
+    load.add_argument("store", help="snapshot directory (a broker storePathRootDir copy)")
+    load.add_argument("--broker", required=True, help="broker name (identity in every table)")
+    load.add_argument("--snapshot-id", required=True, help="snapshot id, e.g. 2026-11-23")
+    load.add_argument("--body-policy", choices=("full", "hash", "none"), default="full",
+                      help="copy bodies (full), only their sha256 and size (hash), or neither")
+    load.add_argument("--split-mib", type=int, default=64,
+                      help="commitlog bytes per decode task (default 64)")
+    load.add_argument("--no-crc", action="store_true", help="skip body CRC verification")
+    load.add_argument("--taken-at", type=datetime.fromisoformat,
+                      help="when the snapshot was taken (ISO 8601, default newest file mtime)")
+    load.add_argument("--json", action="store_true", help="print the summary as JSON")
+    load.add_argument("--quiet", action="store_true", help="no progress lines")
+    load.add_argument("--query", action="append", default=[], metavar="NAME",
+                      help="after the load, show this saved query (no parameters)")
+
+    sql = commands.add_parser("sql", help="run SQL over the tables (rmq.<table>)")
+    sql.add_argument("query", nargs="?", help="SQL text")
+    sql.add_argument("--saved", help="name of a saved query (see --list)")
+    sql.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
+                     help="named parameter of the query (:KEY)")
+    sql.add_argument("--list", action="store_true", help="list the saved queries")
+    sql.add_argument("--limit", type=int, default=50, help="rows to print (default 50)")
+
+    commands.add_parser("tables", help="list the tables with their row counts")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:
+        return EXIT_OK if exit_.code == 0 else EXIT_USAGE
+    if args.command == "sql" and args.list:
+        return _list_queries()
+    if args.command == "sql" and bool(args.query) == bool(args.saved):
+        print("error: give either SQL text or --saved NAME", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return _run(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+def _refusals() -> tuple[type[BaseException], ...]:
+    from jobs.load import LoadRefusedError
+    from jobs.plan import StoreWentBackwardsError
+    from jobs.sql import QueryError
+    from jobs.tables import TableDriftError
+    from rmqlib.errors import StoreError
+
+    return (LoadRefusedError, StoreWentBackwardsError, QueryError, TableDriftError,
+            StoreError)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from jobs.spark_session import build_spark_session
+
+    refused = _refusals()
+    spark = None
+    try:
+        if args.command == "load":
+            _check_store(Path(args.store))  # a wrong path fails in a second, not after Spark
+        spark = build_spark_session(
+            f"rmq-{args.command}", master=args.master,
+            warehouse=Path(args.warehouse).resolve() if args.warehouse else None)
+        if args.command == "load":
+            return _load(spark, args)
+        if args.command == "sql":
+            return _sql(spark, args)
+        return _tables(spark)
+    except refused as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_REFUSED
+    except Exception as error:  # the CLI promises one line, not a traceback
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        print(f"internal error: {type(error).__name__}: {first}", file=sys.stderr)
+        return EXIT_INTERNAL
+    finally:
+        if spark is not None:
+            spark.stop()
+
+
+def _check_store(store: Path) -> None:
+    from rmqlib.inventory import take_inventory
+
+    take_inventory(store)  # raises NotAStoreFileError naming the path
+
+
+def _load(spark, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
+    from jobs.load import LoadOptions, load_snapshot
+    from jobs.progress import ConsoleProgress
+    from jobs.summary import format_summary, summary_dict
+
+    options = LoadOptions(split_bytes=args.split_mib * 2**20, body_policy=args.body_policy,
+                          verify_crc=not args.no_crc, taken_at=args.taken_at)
+    with ConsoleProgress(spark, quiet=args.quiet) as progress:
+        summary = load_snapshot(spark, args.broker, args.snapshot_id, args.store, options,
+                                progress=progress)
+    print(json.dumps(summary_dict(summary), indent=2) if args.json else format_summary(summary))
+    for name in args.query:
+        from jobs.sql import run_saved
+
+        print(f"\nsaved query {name} (python -m jobs sql --saved {name}):")
+        run_saved(spark, name).show(20, truncate=40)
+    return EXIT_OK
+
+
+def _sql(spark, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
+    from jobs.sql import QueryError, run_saved, run_sql
+
+    params = {}
+    for item in args.param:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise QueryError(f"parameter {item!r} is not KEY=VALUE")
+        params[key] = value
+    frame = run_saved(spark, args.saved, params) if args.saved else run_sql(
+        spark, args.query, params)
+    frame.show(args.limit, truncate=60)
+    return EXIT_OK
+
+
+def _list_queries() -> int:
+    from jobs.sql import saved_queries
+
+    for query in saved_queries().values():
+        params = ", ".join(query.parameters) or "no parameters"
+        print(f"{query.name}  ({params})\n    {query.description}")
+    return EXIT_OK
+
+
+def _tables(spark) -> int:  # type: ignore[no-untyped-def]
+    from jobs.tables import Registry
+
+    registry = Registry(spark).ensure()
+    for name, table in registry.tables.items():
+        print(f"{table.qualified_name:28} {registry.read(name).count():>12,} rows  "
+              f"{table.location}")
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

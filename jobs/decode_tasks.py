@@ -1,0 +1,453 @@
+"""What runs on the executors: decode one planned piece of a store into table rows.
+
+The driver plans *tasks* (a byte range of a commitlog segment, the new part of a queue
+file, the new entries of an index file) and hands them to ``mapInArrow``; each executor
+opens the files itself, decodes them with ``rmqlib``'s Arrow path and yields
+RecordBatches already in the target table's schema, which Spark passes straight to the
+Delta writer. No row ever becomes a Python object and nothing is collected to the driver.
+
+Besides rows, every task writes a small JSON *report* (its byte account, unreadable
+regions, where its last complete record ends) into a report directory shared with the
+driver, named by task id and written atomically, so a retried task simply replaces it.
+The driver turns reports into quarantine rows, load statistics and high-water marks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rmqlib.accounting import FileAccount
+from rmqlib.batchconsumequeue import decode_bcq_range
+from rmqlib.commitlog_arrow import scan_segment_arrow
+from rmqlib.consumequeue import FILLER_SIZE, decode_cq_range
+from rmqlib.errors import StoreError
+from rmqlib.fileio import read_range
+from rmqlib.indexfile import INDEX_ENTRY_SIZE, IndexFile
+
+COMMITLOG = "commitlog"
+CONSUMEQUEUE = "consumequeue"
+BATCHCONSUMEQUEUE = "batchconsumequeue"
+INDEX = "index"
+
+BODY_POLICIES = ("full", "hash", "none")
+MS_PER_DAY = 86_400_000
+
+# The input rows of every decode job: one per planned task.
+TASK_SCHEMA = pa.schema([
+    pa.field("task_id", pa.string(), False),
+    pa.field("kind", pa.string(), False),
+    pa.field("path", pa.string(), False),
+    pa.field("rel_path", pa.string(), False),
+    pa.field("begin", pa.int64(), False),
+    pa.field("end", pa.int64(), False),
+    pa.field("topic", pa.string()),
+    pa.field("queue_id", pa.int32()),
+])
+TASK_DDL = ("task_id STRING, kind STRING, path STRING, rel_path STRING, begin BIGINT, "
+            "end BIGINT, topic STRING, queue_id INT")
+
+
+@dataclass(frozen=True)
+class Task:
+    """One unit of decoding work: bytes [begin, end) of a file (index files: entry
+    numbers [begin, end))."""
+
+    task_id: str
+    kind: str
+    path: str
+    rel_path: str
+    begin: int
+    end: int
+    topic: str | None = None
+    queue_id: int | None = None
+
+    @property
+    def weight(self) -> int:
+        """Bytes this task reads, for balancing tasks over Spark partitions."""
+        units = max(self.end - self.begin, 0)
+        return units * INDEX_ENTRY_SIZE if self.kind == INDEX else units
+
+    def as_row(self) -> tuple[object, ...]:
+        return (self.task_id, self.kind, self.path, self.rel_path, self.begin, self.end,
+                self.topic, self.queue_id)
+
+
+@dataclass(frozen=True)
+class DecodeContext:
+    """Everything a task needs besides the task itself (shipped to executors by pickle)."""
+
+    broker: str
+    snapshot_id: str
+    report_dir: str
+    output_schema: pa.Schema
+    body_policy: str = "full"
+    verify_crc: bool = True
+    # Queue units pointing at or past this commitlog offset are not loaded yet: the
+    # broker truncates such units on recovery, so they may be rewritten.
+    commitlog_end: int | None = None
+    # The segment the broker appends to (relative path); see ``_torn_last_record``.
+    commitlog_tail_file: str | None = None
+
+
+# --------------------------------------------------------------------------- reports
+
+
+def report_path(report_dir: str, task_id: str) -> Path:
+    safe = task_id.replace("/", "__").replace("%", "_pct_")
+    return Path(report_dir) / f"{safe}.json"
+
+
+def write_report(report_dir: str, task_id: str, report: dict[str, object]) -> None:
+    """Write a task report atomically (a retried task overwrites the same file)."""
+    target = report_path(report_dir, task_id)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(report, sort_keys=True), encoding="utf-8")
+    os.replace(tmp, target)
+
+
+def read_report(report_dir: str, task_id: str) -> dict[str, object] | None:
+    try:
+        return json.loads(report_path(report_dir, task_id).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+
+
+def _account_report(account: FileAccount) -> dict[str, object]:
+    return {
+        "bytes": account.size, "decoded": account.decoded, "blank": account.blank,
+        "zero_tail": account.zero_tail,
+        "unreadable": [[r.offset, r.length, r.reason] for r in account.unreadable],
+    }
+
+
+def _base_report(task: Task, started: float) -> dict[str, object]:
+    return {"task_id": task.task_id, "kind": task.kind, "rel_path": task.rel_path,
+            "begin": task.begin, "end": task.end, "topic": task.topic,
+            "queue_id": task.queue_id, "seconds": round(time.monotonic() - started, 3)}
+
+
+def _error_report(task: Task, started: float, error: StoreError) -> dict[str, object]:
+    """A file that cannot be read at all: the whole planned range is unreadable."""
+    length = task.weight
+    return {**_base_report(task, started), "rows": 0,
+            "account": {"bytes": length, "decoded": 0, "blank": 0, "zero_tail": 0,
+                        "unreadable": [[task.begin, length, f"unreadable file: {error}"]]}}
+
+
+# --------------------------------------------------------------------------- the mapInArrow entry
+
+
+def decode_function(context: DecodeContext
+                    ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The function given to ``DataFrame.mapInArrow`` over a DataFrame of tasks."""
+
+    def run(task_batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in task_batches:
+            for row in batch.to_pylist():
+                yield from run_task(Task(**row), context)
+
+    return run
+
+
+def run_task(task: Task, context: DecodeContext) -> Iterator[pa.RecordBatch]:
+    """Decode one task into RecordBatches of ``context.output_schema``; write its report."""
+    started = time.monotonic()
+    decoder = DECODERS[task.kind]
+    try:
+        report = yield from decoder(task, context)
+    except StoreError as error:
+        report = _error_report(task, started, error)
+    report.update(_base_report(task, started))
+    write_report(context.report_dir, task.task_id, report)
+
+
+# --------------------------------------------------------------------------- commitlog
+
+
+def _commitlog_task(task: Task, context: DecodeContext
+                    ) -> Iterator[pa.RecordBatch]:
+    scan = scan_segment_arrow(task.path, task.begin, task.end, verify_crc=context.verify_crc)
+    rows = 0
+    first: int | None = None
+    held: pa.RecordBatch | None = None  # the latest batch, kept until the scan has ended
+    for batch in scan:
+        if batch.num_rows == 0:
+            continue
+        if held is not None:
+            rows += held.num_rows
+            yield to_messages(held, task.rel_path, context)
+        held = batch
+        if first is None:
+            first = batch.column("physical_offset")[0].as_py()
+    result = scan.result
+    account = _account_report(result.account)
+    torn = held is not None and _torn_last_record(task, context, held, result.segment_start,
+                                                  result.logical_end)
+    torn_at: int | None = None  # its file position
+    if torn:
+        assert held is not None
+        torn_at = held.column("physical_offset")[-1].as_py() - result.segment_start
+        account = _quarantine_last_record(account, held, result.segment_start)
+        held = held.slice(0, held.num_rows - 1)
+    last: tuple[int, int, int] | None = None  # offset, size, crc of the last record kept
+    if held is not None and held.num_rows:
+        rows += held.num_rows
+        last = (held.column("physical_offset")[-1].as_py(),
+                held.column("total_size")[-1].as_py(), held.column("body_crc")[-1].as_py())
+        yield to_messages(held, task.rel_path, context)
+    report: dict[str, object] = {
+        "rows": rows, "account": account,
+        "segment_start": result.segment_start, "span_start": result.span_start,
+        "span_end": result.span_end, "first_record_offset": first,
+        "last_record_offset": last[0] if last else None,
+        "last_record_end": last[0] + last[1] if last else None,
+        "last_record_crc": last[2] if last else None,
+        "logical_end": result.logical_end, "blanks": result.blanks,
+        "records_after_blank": result.records_after_blank,
+        "body_crc_failures": sum(p != torn_at for p in result.body_crc_failures),
+        "property_crc_failures": sum(p != torn_at for p in result.property_crc_failures),
+    }
+    return report
+
+
+TORN_RECORD_REASON = ("torn tail: the last record before the end of written data ends in "
+                      "zeros or fails its CRC (a copy taken while the broker wrote it); read "
+                      "again next snapshot")
+
+
+def _torn_last_record(task: Task, context: DecodeContext, batch: pa.RecordBatch,
+                      segment_start: int, logical_end: int | None) -> bool:
+    """Is the last record of the store a partly copied one?
+
+    A snapshot copied while the broker appends can catch the newest record half written:
+    its header (and so its frame) is complete, the rest of its bytes are still the
+    preallocated zeros. A complete record never ends in a zero byte (it ends with its
+    properties' separator, a property value or its topic), and a torn body fails BODYCRC.
+    Only the last record of the segment being written can be in that state; loading it
+    would freeze a torn copy into the table and move the high-water mark past it. It is
+    quarantined instead and read again from the next snapshot.
+    """
+    if task.rel_path != context.commitlog_tail_file:
+        return False
+    record_end = (batch.column("physical_offset")[-1].as_py() - segment_start
+                  + batch.column("total_size")[-1].as_py())
+    if record_end != logical_end:  # something follows it (or this range does not own the end)
+        return False
+    if read_range(task.path, record_end - 1, record_end) == b"\0":
+        return True
+    crc_failed = (batch.column("body_crc_ok")[-1].as_py() is False
+                  or batch.column("property_crc_ok")[-1].as_py() is False)
+    return context.verify_crc and crc_failed
+
+
+def _quarantine_last_record(account: dict, batch: pa.RecordBatch, segment_start: int
+                            ) -> dict[str, object]:
+    """The account with the batch's last record moved from decoded to unreadable."""
+    size = batch.column("total_size")[-1].as_py()
+    position = batch.column("physical_offset")[-1].as_py() - segment_start
+    unreadable = sorted([*account["unreadable"], [position, size, TORN_RECORD_REASON]])
+    return {**account, "decoded": account["decoded"] - size, "unreadable": unreadable}
+
+
+def _timestamps(ms: pa.Array) -> pa.Array:
+    """Epoch milliseconds -> timestamp[us, UTC] (overflow raises, never wraps)."""
+    return pc.multiply_checked(ms, 1000).cast(pa.timestamp("us", tz="UTC"))
+
+
+def _dates(ms: pa.Array) -> pa.Array:
+    """UTC calendar date of epoch milliseconds."""
+    days = np.floor_divide(ms.to_numpy(zero_copy_only=False), MS_PER_DAY).astype(np.int32)
+    return pa.array(days, pa.int32()).cast(pa.date32())
+
+
+def sha256_hex(values: pa.Array) -> pa.Array:
+    """Lowercase hex sha256 of every value of a binary array (null stays null).
+
+    One C-level hash per body; measured as fast as hashing views of Arrow's buffer with
+    vectorised hex conversion (bytes objects are cheap next to the hash itself).
+    """
+    sha256 = hashlib.sha256
+    return pa.array([None if value is None else sha256(value).hexdigest()
+                     for value in values.to_pylist()], pa.string())
+
+
+def _body_columns(body: pa.Array, policy: str) -> dict[str, pa.Array]:
+    """body / body_size / body_sha256 under the body policy."""
+    sizes = pc.binary_length(body)
+    digests = pa.nulls(len(body), pa.string()) if policy == "none" else sha256_hex(body)
+    kept = body if policy == "full" else pa.nulls(len(body), pa.binary())
+    return {"body": kept, "body_size": sizes, "body_sha256": digests}
+
+
+def to_messages(batch: pa.RecordBatch, rel_path: str, context: DecodeContext
+                ) -> pa.RecordBatch:
+    """One rmqlib commitlog batch as a batch of the ``messages`` table."""
+    n = batch.num_rows
+    col = batch.column
+    store_ms = col("store_timestamp")
+    columns: dict[str, pa.Array] = {
+        "broker": pa.repeat(pa.scalar(context.broker, pa.string()), n),
+        "physical_offset": col("physical_offset"),
+        "total_size": col("total_size"),
+        "topic": col("topic"),
+        "queue_id": col("queue_id"),
+        "queue_offset": col("queue_offset"),
+        "message_version": col("message_version"),
+        "sysflag": col("sysflag"),
+        "transaction_type": col("transaction_type"),
+        "compression": col("compression"),
+        "inner_batch": col("inner_batch"),
+        "flag": col("flag"),
+        "born_time": _timestamps(col("born_timestamp")),
+        "born_host": col("born_host"),
+        "born_port": col("born_port"),
+        "store_time": _timestamps(store_ms),
+        "store_date": _dates(store_ms),
+        "store_host": col("store_host"),
+        "store_port": col("store_port"),
+        "reconsume_times": col("reconsume_times"),
+        "prepared_transaction_offset": col("prepared_transaction_offset"),
+        "stored_body_size": col("body_length"),
+        **_body_columns(col("body"), context.body_policy),
+        "body_policy": pa.repeat(pa.scalar(context.body_policy, pa.string()), n),
+        "body_error": col("body_error"),
+        "body_crc_ok": col("body_crc_ok"),
+        "property_crc_ok": col("property_crc_ok"),
+        "tags": col("tags"),
+        "keys": col("keys"),
+        "msg_id": col("uniq_key"),
+        "offset_msg_id": col("offset_msg_id"),
+        "properties": col("properties"),
+        "source_file": pa.repeat(pa.scalar(rel_path, pa.string()), n),
+        "file_position": col("file_position"),
+        "first_snapshot_id": pa.repeat(pa.scalar(context.snapshot_id, pa.string()), n),
+    }
+    return _assemble(columns, context.output_schema)
+
+
+def _assemble(columns: dict[str, pa.Array], schema: pa.Schema) -> pa.RecordBatch:
+    """A batch with exactly the contract's columns, in its order and types."""
+    arrays = []
+    for field in schema:
+        value = columns[field.name]
+        arrays.append(value if value.type == field.type else value.cast(field.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+# --------------------------------------------------------------------------- queues
+
+
+def _kinds(tags_code: np.ndarray, is_filler: np.ndarray) -> pa.Array:
+    kind = np.where(is_filler, "filler",
+                    np.where(tags_code <= -(2**31) - 1, "ext_address", "normal"))
+    return pa.array(kind, pa.string())
+
+
+def _cap(commitlog_offset: np.ndarray, size: np.ndarray, filler: np.ndarray,
+         commitlog_end: int | None) -> int:
+    """How many leading units point inside the loaded commitlog (fillers always do)."""
+    if commitlog_end is None:
+        return len(commitlog_offset)
+    beyond = ~filler & (commitlog_offset + size.astype(np.int64) > commitlog_end)
+    hits = np.flatnonzero(beyond)
+    return int(hits[0]) if hits.size else len(commitlog_offset)
+
+
+def _queue_task(task: Task, context: DecodeContext) -> Iterator[pa.RecordBatch]:
+    batch_queue = task.kind == BATCHCONSUMEQUEUE
+    decode_range = decode_bcq_range if batch_queue else decode_cq_range
+    decoded = decode_range(task.path, task.begin, task.end, topic=task.topic,
+                           queue_id=task.queue_id)
+    if batch_queue:
+        fields = decoded.fields
+        offsets, sizes, tags = (fields["commitlog_offset"], fields["size"],
+                                fields["tags_code"])
+        queue_offset = fields["msg_base_offset"].astype(np.int64)
+        filler = np.zeros(len(offsets), dtype=bool)
+    else:
+        offsets, sizes, tags = decoded.commitlog_offset, decoded.size, decoded.tags_code
+        queue_offset = decoded.queue_offset
+        filler = (offsets == 0) & (sizes == FILLER_SIZE) & (tags == 0)
+    keep = _cap(offsets, sizes, filler, context.commitlog_end)
+    n = keep
+    position = decoded.file_position[:keep]
+    if n:
+        columns: dict[str, pa.Array] = {
+            "broker": pa.repeat(pa.scalar(context.broker, pa.string()), n),
+            "topic": pa.repeat(pa.scalar(decoded.topic, pa.string()), n),
+            "queue_id": pa.repeat(pa.scalar(decoded.queue_id, pa.int32()), n),
+            "queue_offset": pa.array(queue_offset[:keep], pa.int64()),
+            "queue_type": pa.repeat(pa.scalar(task.kind, pa.string()), n),
+            "commitlog_offset": pa.array(offsets[:keep], pa.int64()),
+            "size": pa.array(sizes[:keep], pa.int32()),
+            "tags_code": pa.array(tags[:keep], pa.int64()),
+            "kind": _kinds(tags[:keep], filler[:keep]),
+            "batch_size": (pa.array(fields["batch_size"][:keep], pa.int32()) if batch_queue
+                           else pa.nulls(n, pa.int32())),
+            "store_time": (_timestamps(pa.array(fields["store_timestamp"][:keep], pa.int64()))
+                           if batch_queue else pa.nulls(n, pa.timestamp("us", tz="UTC"))),
+            "source_file": pa.repeat(pa.scalar(task.rel_path, pa.string()), n),
+            "file_position": pa.array(position, pa.int64()),
+            "first_snapshot_id": pa.repeat(pa.scalar(context.snapshot_id, pa.string()), n),
+        }
+        yield _assemble(columns, context.output_schema)
+    unit = 46 if batch_queue else 20
+    loaded_end = int(position[-1]) + unit if n else None
+    return {
+        "rows": n, "account": _account_report(decoded.account),
+        "file_start": decoded.start,
+        "loaded_end": loaded_end,  # file position after the last loaded unit
+        "units_beyond_commitlog": len(offsets) - keep,
+        "min_queue_offset": int(queue_offset[0]) if n else None,
+        "max_queue_offset": int(queue_offset[keep - 1]) if n else None,
+    }
+
+
+# --------------------------------------------------------------------------- index
+
+
+def _index_task(task: Task, context: DecodeContext) -> Iterator[pa.RecordBatch]:
+    with IndexFile.open(task.path) as index:
+        batch = index.to_record_batch()
+        account = index.account()
+        entry_count = index.entry_count
+    numbers = batch.column("entry_number").to_numpy()
+    mask = numbers >= task.begin
+    batch = batch.filter(pa.array(mask))
+    n = batch.num_rows
+    if n:
+        col = batch.column
+        columns = {
+            "broker": pa.repeat(pa.scalar(context.broker, pa.string()), n),
+            "index_file": pa.repeat(pa.scalar(Path(task.path).name, pa.string()), n),
+            "entry_number": col("entry_number"),
+            "key_hash": col("key_hash"),
+            "slot": col("slot"),
+            "commitlog_offset": col("commitlog_offset"),
+            "time_diff_seconds": col("time_diff"),
+            "store_time": _timestamps(col("store_time_ms")),
+            "prev_index": col("prev_index"),
+            "first_snapshot_id": pa.repeat(pa.scalar(context.snapshot_id, pa.string()), n),
+        }
+        yield _assemble(columns, context.output_schema)
+    return {"rows": n, "account": _account_report(account),
+            "next_entry": entry_count + 1}
+
+
+DECODERS = {
+    COMMITLOG: _commitlog_task,
+    CONSUMEQUEUE: _queue_task,
+    BATCHCONSUMEQUEUE: _queue_task,
+    INDEX: _index_task,
+}

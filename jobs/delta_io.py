@@ -1,0 +1,34 @@
+"""The three ways the jobs write Delta, each idempotent by Delta's own mechanisms.
+
+* :func:`append_once` — facts (messages, queue units, index entries, quarantine): an
+  append tagged with ``txnAppId``/``txnVersion``. Delta records the pair in the same
+  atomic commit and skips a later write with a version it has already seen, so a load
+  re-run after a crash cannot append the same snapshot's rows twice.
+* :func:`replace_where` — per-snapshot state (topics, offsets, ...): the rows matching a
+  predicate are replaced atomically by the new ones; running it twice gives one copy.
+
+When an ``append_once`` is skipped, Delta does not even run the query: nothing is decoded.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+
+
+def append_once(df: DataFrame, location: str, app_id: str, version: int) -> None:
+    """Append ``df`` unless Delta already committed (app_id, version) to this table."""
+    (df.write.format("delta").mode("append")
+     .option("txnAppId", app_id).option("txnVersion", version)
+     .save(location))
+
+
+def replace_where(df: DataFrame, location: str, predicate: str) -> None:
+    """Atomically replace the rows matching ``predicate`` with ``df``."""
+    (df.write.format("delta").mode("overwrite")
+     .option("replaceWhere", predicate)
+     .save(location))
+
+
+def sql_string(value: str) -> str:
+    """A Spark SQL string literal."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"

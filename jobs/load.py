@@ -1,0 +1,466 @@
+"""Load one store snapshot of one broker into the Delta tables.
+
+Order of work (each step idempotent, so a load killed anywhere is finished by re-running
+it with the same snapshot id):
+
+1. register the snapshot (``snapshots``, status ``loading``) and give it a sequence
+   number; that number is the Delta ``txnVersion`` of every fact append below;
+2. plan decode tasks past the broker's high-water marks (``jobs.plan``);
+3. decode on the executors and append ``messages``, then ``queue_entries`` (units past
+   the loaded commitlog wait for the next load), then ``index_entries``; meanwhile, in
+   background threads, append the snapshot's state rows (topics, groups, offsets, delay
+   offsets), which need no decoding;
+4. append quarantine rows and retention gaps, derived from the task reports;
+5. advance the high-water marks (``load_state``) and mark the snapshot ``loaded``;
+6. append one ``load_runs`` row per table (the audit log: it grows with every attempt).
+
+A snapshot already ``loaded`` is skipped at once. A newer snapshot is refused while an
+older one of the same broker is still ``loading`` (its facts may be half written).
+"""
+
+from __future__ import annotations
+
+import functools
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as package_version
+from pathlib import Path
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+
+from jobs import state_rows
+from jobs import tables as T
+from jobs.decode_tasks import (
+    BATCHCONSUMEQUEUE,
+    BODY_POLICIES,
+    COMMITLOG,
+    CONSUMEQUEUE,
+    INDEX,
+    TASK_DDL,
+    DecodeContext,
+    Task,
+    decode_function,
+    read_report,
+    run_task,
+)
+from jobs.delta_io import append_once, replace_where, sql_string
+from jobs.plan import (
+    DEFAULT_QUEUE_SPLIT_BYTES,
+    DEFAULT_SPLIT_BYTES,
+    HighWaterMark,
+    LoadPlan,
+    plan_load,
+)
+from jobs.tables import Registry
+from rmqlib.config import load_config_dir
+from rmqlib.errors import StoreError
+from rmqlib.inventory import take_inventory
+
+LOADING, LOADED = "loading", "loaded"
+Progress = Callable[[str], None]
+
+
+class LoadRefusedError(RuntimeError):
+    """The load cannot proceed (bad arguments, an unfinished earlier snapshot, ...)."""
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    split_bytes: int = DEFAULT_SPLIT_BYTES
+    queue_split_bytes: int = DEFAULT_QUEUE_SPLIT_BYTES
+    body_policy: str = "full"
+    verify_crc: bool = True
+    taken_at: datetime | None = None
+
+
+@dataclass
+class TableResult:
+    """What one table got from this load (one ``load_runs`` row)."""
+
+    table: str
+    rows: int = 0
+    bytes_read: int = 0
+    tasks: int = 0
+    seconds: float = 0.0
+    outcome: str = "loaded"
+    detail: str | None = None
+
+
+@dataclass
+class LoadSummary:
+    broker: str
+    snapshot_id: str
+    snapshot_seq: int
+    run_id: str
+    skipped: bool = False
+    results: dict[str, TableResult] = field(default_factory=dict)
+    quarantined_bytes: int = 0
+    retention_gap_bytes: int = 0
+    seconds: float = 0.0
+
+    @property
+    def bytes_read(self) -> int:
+        return sum(r.bytes_read for r in self.results.values())
+
+
+def rmqlib_version() -> str:
+    try:
+        return package_version("rmq-lakehouse")
+    except PackageNotFoundError:  # metadata missing in an uninstalled checkout
+        return "unknown"
+
+
+class SnapshotLoad:
+    """One run of :func:`load_snapshot`; holds what the steps share."""
+
+    def __init__(self, spark: SparkSession, registry: Registry, broker: str, snapshot_id: str,
+                 store: Path, options: LoadOptions, progress: Progress) -> None:
+        self.spark = spark
+        self.registry = registry
+        self.broker = broker
+        self.snapshot_id = snapshot_id
+        self.store = store
+        self.options = options
+        self.progress = progress
+        self.run_id = uuid.uuid4().hex
+        self.started_at = datetime.now(UTC)
+        self.clock = time.monotonic()
+        self.inventory = take_inventory(store)
+        self.seq = 0
+        self.summary = LoadSummary(broker, snapshot_id, 0, self.run_id)
+        self.reports: dict[str, list[dict]] = {}
+
+    # ---- helpers
+
+    @property
+    def where_broker(self) -> str:
+        return f"broker = {sql_string(self.broker)}"
+
+    @property
+    def where_snapshot(self) -> str:
+        return f"{self.where_broker} AND snapshot_id = {sql_string(self.snapshot_id)}"
+
+    def frame(self, table: str, rows: list[tuple]) -> DataFrame:
+        return self.spark.createDataFrame(rows, schema=self.registry[table].contract.spark_schema())
+
+    def app_id(self, table: str) -> str:
+        return f"rmq-load/{self.broker}/{table}"
+
+    def report_dir(self, kind: str) -> str:
+        return f"{self.registry.warehouse}/_rmq_task_reports/{self.broker}/{self.seq}/{kind}"
+
+    def context(self, table: str, kind: str, commitlog_end: int | None = None,
+                commitlog_tail_file: str | None = None) -> DecodeContext:
+        return DecodeContext(self.broker, self.snapshot_id, self.report_dir(kind),
+                             self.registry[table].contract.arrow_schema(),
+                             self.options.body_policy, self.options.verify_crc, commitlog_end,
+                             commitlog_tail_file)
+
+    # ---- steps
+
+    def register_snapshot(self) -> bool:
+        """Give the snapshot its sequence number; False when it is already loaded."""
+        rows = self.registry.read_rows(T.SNAPSHOTS, broker=self.broker)
+        known = {row["snapshot_id"]: row for row in rows}
+        mine = known.get(self.snapshot_id)
+        if mine is not None and mine["status"] == LOADED:
+            self.seq = mine["snapshot_seq"]
+            return False
+        unfinished = [row["snapshot_id"] for row in rows
+                      if row["status"] != LOADED and row["snapshot_id"] != self.snapshot_id]
+        if unfinished:
+            raise LoadRefusedError(
+                f"broker {self.broker!r}: snapshot(s) {', '.join(sorted(unfinished))} did not "
+                f"finish loading; re-run their load first (their rows may be half written)")
+        self.seq = mine["snapshot_seq"] if mine else 1 + max(
+            (row["snapshot_seq"] for row in rows), default=0)
+        self.registry.check_drift()  # never write into a table that left its contract
+        self.write_snapshot_row(LOADING, None, None, [])
+        return True
+
+    def write_snapshot_row(self, status: str, cl_min: int | None, cl_max: int | None,
+                           errors: list[str]) -> None:
+        row = state_rows.snapshot_row(self.broker, self.snapshot_id, self.seq, self.store,
+                                      self.inventory, self.options.taken_at, status, cl_min,
+                                      cl_max, errors)
+        replace_where(self.frame(T.SNAPSHOTS, [row]), self.registry[T.SNAPSHOTS].location,
+                      self.where_snapshot)
+
+    def marks(self) -> list[HighWaterMark]:
+        return [HighWaterMark(**row)
+                for row in self.registry.read_rows(T.LOAD_STATE, broker=self.broker)]
+
+    def decode_into(self, table: str, kind_label: str, tasks: list[Task],
+                    context: DecodeContext) -> TableResult:
+        """Decode tasks on the executors straight into ``table`` (skipped by Delta when
+        this snapshot's rows are already there)."""
+        result = TableResult(table, tasks=len(tasks))
+        clock = time.monotonic()
+        if tasks:
+            planned = sum(t.weight for t in tasks)
+            task_df = self.task_frame(tasks)
+            self.progress(f"{table}: decoding {len(tasks)} task(s) in "
+                          f"{task_df.rdd.getNumPartitions()} Spark task(s), "
+                          f"{planned / 2**20:.1f} MiB planned, on the executors")
+            decoded = task_df.mapInArrow(decode_function(context),
+                                         self.registry[table].contract.spark_schema())
+            append_once(decoded, self.registry[table].location, self.app_id(table), self.seq)
+            reports = self.collect_reports(tasks, context, result)
+            self.reports[kind_label] = reports
+            result.rows = sum(int(r["rows"]) for r in reports)
+            result.bytes_read = sum(int(r["account"]["bytes"]) for r in reports)
+        result.seconds = time.monotonic() - clock
+        self.summary.results[table] = result
+        return result
+
+    def task_frame(self, tasks: list[Task]) -> DataFrame:
+        """A DataFrame of tasks, one Spark partition per group of :func:`pack_tasks`."""
+        groups = pack_tasks(tasks, self.options.split_bytes,
+                            self.spark.sparkContext.defaultParallelism)
+        rdd = self.spark.sparkContext.parallelize(
+            [[t.as_row() for t in group] for group in groups], len(groups))
+        return self.spark.createDataFrame(rdd.flatMap(lambda group: group), TASK_DDL)
+
+    def collect_reports(self, tasks: list[Task], context: DecodeContext,
+                        result: TableResult) -> list[dict]:
+        """The tasks' reports; when Delta skipped the append (already committed by an
+        earlier attempt) and their reports are gone, recompute them without writing."""
+        reports = {t.task_id: read_report(context.report_dir, t.task_id) for t in tasks}
+        missing = [t for t in tasks if reports[t.task_id] is None]
+        if missing:
+            result.outcome = "skipped" if len(missing) == len(tasks) else "loaded"
+            result.detail = (f"{len(missing)} task(s) already committed by an earlier attempt; "
+                             "their reports were recomputed")
+            self.task_frame(missing).mapInArrow(_reports_only(context), "task_id STRING").collect()
+            reports.update({t.task_id: read_report(context.report_dir, t.task_id)
+                            for t in missing})
+        return [reports[t.task_id] for t in tasks]
+
+    def commitlog_end(self, plan: LoadPlan) -> int | None:
+        """End of the last complete record loaded so far (this snapshot included)."""
+        ends = [r["last_record_end"] for r in self.reports.get(COMMITLOG, [])
+                if r.get("last_record_end") is not None]
+        candidates = [*ends, *([plan.commitlog_hwm] if plan.commitlog_hwm else [])]
+        return max(candidates) if candidates else None
+
+    def state_writes(self) -> dict[str, Callable[[], None]]:
+        """One append per per-snapshot state table that has rows for this snapshot.
+
+        A snapshot's state never changes, so it is appended once (txnVersion = the
+        snapshot's sequence number) rather than replaced: a re-run is skipped by Delta.
+        """
+        config = self.config
+        builders = {
+            T.TOPICS: state_rows.topic_rows,
+            T.SUBSCRIPTION_GROUPS: state_rows.subscription_group_rows,
+            T.CONSUMER_OFFSETS: state_rows.consumer_offset_rows,
+            T.DELAY_OFFSETS: state_rows.delay_offset_rows,
+        }
+        writes = {}
+        for table, build in builders.items():
+            writes.update(self.append_small(table, build(self.broker, self.snapshot_id,
+                                                         self.store, config)))
+        return writes
+
+    def start_writes(self, pool: ThreadPoolExecutor,
+                     writes: dict[str, Callable[[], None]]) -> list[Future[None]]:
+        """Start small independent writes in the background: each is mostly Delta commit
+        latency, which overlaps with decoding and with each other even on two cores."""
+        def timed(table: str, write: Callable[[], None]) -> None:
+            clock = time.monotonic()
+            write()
+            self.summary.results[table].seconds = time.monotonic() - clock
+
+        return [pool.submit(timed, table, write) for table, write in writes.items()]
+
+    def quarantine_rows(self, plan: LoadPlan) -> list[tuple]:
+        rows: list[tuple] = []
+        for reports in self.reports.values():
+            for report in reports:
+                kind, segment_start = report["kind"], report.get("segment_start")
+                for offset, length, reason in report["account"]["unreadable"]:
+                    global_offset = segment_start + offset if kind == COMMITLOG else None
+                    rows.append((self.broker, self.snapshot_id, report["rel_path"], offset,
+                                 length, reason, kind, global_offset))
+        for skipped in plan.skipped_queues:
+            rows.append((self.broker, self.snapshot_id, skipped.rel_path, 0, skipped.length,
+                         skipped.reason, skipped.stream, None))
+        for rel, size, reason in plan.unreadable_files:
+            rows.append((self.broker, self.snapshot_id, rel, 0, size, reason, INDEX, None))
+        for name, reason in self.config_problems:
+            path = self.store / "config" / name
+            size = path.stat().st_size if path.is_file() else 0
+            rows.append((self.broker, self.snapshot_id, f"config/{Path(name).name}", 0, size,
+                         reason, "config", None))
+        return sorted(set(rows), key=lambda r: (r[2], r[3]))
+
+    def gap_rows(self, plan: LoadPlan) -> list[tuple]:
+        return [(self.broker, self.snapshot_id, g.stream, g.topic, g.queue_id, g.from_offset,
+                 g.to_offset) for g in plan.gaps]
+
+    def append_small(self, table: str, rows: list[tuple]) -> dict[str, Callable[[], None]]:
+        """The write appending this snapshot's rows once (none when there are none)."""
+        self.summary.results[table] = TableResult(table, rows=len(rows))
+        if not rows:
+            return {}
+        return {table: functools.partial(append_once, self.frame(table, rows),
+                                         self.registry[table].location, self.app_id(table),
+                                         self.seq)}
+
+    def new_marks(self, plan: LoadPlan, old: list[HighWaterMark]) -> list[tuple]:
+        """Old marks advanced by this load's reports (never moved backwards)."""
+        marks = {m.key: m for m in old}
+
+        def advance(key: tuple, until: int, **extra: object) -> None:
+            current = marks.get(key)
+            if current is None or until >= current.loaded_until:
+                stream, topic, queue_id, file = key
+                marks[key] = HighWaterMark(self.broker, stream, topic, queue_id, file, until,
+                                           self.snapshot_id, **extra)
+
+        for report in self.reports.get(COMMITLOG, []):
+            if report.get("last_record_end") is not None:
+                advance((COMMITLOG, None, None, None), report["last_record_end"],
+                        last_record_offset=report["last_record_offset"],
+                        last_record_crc=report["last_record_crc"])
+        for report in self.reports.get("queues", []):
+            if report.get("loaded_end") is not None:
+                key = (report["kind"], report["topic"], report["queue_id"], None)
+                advance(key, report["file_start"] + report["loaded_end"])
+        for report in self.reports.get(INDEX, []):
+            if report.get("next_entry") is not None:
+                advance((INDEX, None, None, Path(report["rel_path"]).name),
+                        report["next_entry"])
+        return [(m.broker, m.stream, m.topic, m.queue_id, m.file, m.loaded_until,
+                 m.snapshot_id, m.last_record_offset, m.last_record_crc)
+                for m in sorted(marks.values(), key=lambda m: tuple(map(str, m.key)))]
+
+    def write_load_runs(self) -> None:
+        version = rmqlib_version()
+        rows = [(self.run_id, self.broker, self.snapshot_id, r.table, self.started_at,
+                 float(round(r.seconds, 3)), r.bytes_read, r.rows, r.tasks, version,
+                 r.outcome, r.detail)
+                for r in self.summary.results.values()]
+        if not rows:
+            rows = [(self.run_id, self.broker, self.snapshot_id, T.SNAPSHOTS, self.started_at,
+                     0.0, 0, 0, 0, version, "skipped", "snapshot already loaded")]
+        self.frame(T.LOAD_RUNS, rows).write.format("delta").mode("append").save(
+            self.registry[T.LOAD_RUNS].location)
+
+    # ---- the whole load
+
+    def run(self) -> LoadSummary:
+        if not self.register_snapshot():
+            self.progress(f"snapshot {self.snapshot_id!r} of broker {self.broker!r} is already "
+                          "loaded: nothing to do")
+            self.summary.skipped = True
+            self.summary.snapshot_seq = self.seq
+            self.write_load_runs()
+            return self.finish()
+        self.summary.snapshot_seq = self.seq
+        self.progress(f"snapshot {self.snapshot_id!r} of broker {self.broker!r} registered as "
+                      f"#{self.seq}")
+        self.config = load_config_dir(self.store / "config")
+        self.config_problems = state_rows.config_problems(self.config)
+        errors = [f"{name}: {reason}" for name, reason in self.config_problems]
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            # Per-snapshot state needs no decoding: it is written while the executors decode.
+            pending = self.start_writes(pool, self.state_writes())
+            old_marks = self.marks()
+            plan = plan_load(self.store, old_marks, split_bytes=self.options.split_bytes,
+                             queue_split_bytes=self.options.queue_split_bytes)
+            self.progress(f"planned {len(plan.tasks)} task(s): {len(plan.commitlog_tasks)} "
+                          f"commitlog, {len(plan.queue_tasks)} queue, {len(plan.index_tasks)} "
+                          f"index; {plan.planned_bytes(plan.tasks) / 2**20:.1f} MiB past the "
+                          "high-water marks")
+            self.decode_into(T.MESSAGES, COMMITLOG, plan.commitlog_tasks,
+                             self.context(T.MESSAGES, COMMITLOG,
+                                          commitlog_tail_file=plan.commitlog_tail_file))
+            cl_end = self.commitlog_end(plan)
+            self.decode_into(T.QUEUE_ENTRIES, "queues", plan.queue_tasks,
+                             self.context(T.QUEUE_ENTRIES, "queues", cl_end))
+            self.decode_into(T.INDEX_ENTRIES, INDEX, plan.index_tasks,
+                             self.context(T.INDEX_ENTRIES, INDEX))
+            quarantine = self.quarantine_rows(plan)
+            self.summary.quarantined_bytes = sum(int(row[4]) for row in quarantine)
+            self.summary.retention_gap_bytes = sum(
+                g.to_offset - g.from_offset for g in plan.gaps if g.stream == COMMITLOG)
+            pending += self.start_writes(pool, {
+                **self.append_small(T.QUARANTINE, quarantine),
+                **self.append_small(T.RETENTION_GAPS, self.gap_rows(plan))})
+            for future in pending:
+                future.result()
+        replace_where(self.frame(T.LOAD_STATE, self.new_marks(plan, old_marks)),
+                      self.registry[T.LOAD_STATE].location, self.where_broker)
+        self.write_snapshot_row(LOADED, plan.commitlog_min_offset, cl_end, errors)
+        self.write_load_runs()
+        shutil.rmtree(Path(self.report_dir("x")).parent, ignore_errors=True)
+        return self.finish()
+
+    def finish(self) -> LoadSummary:
+        self.summary.seconds = time.monotonic() - self.clock
+        return self.summary
+
+
+def pack_tasks(tasks: list[Task], target_bytes: int, min_groups: int) -> list[list[Task]]:
+    """Group tasks into Spark partitions of about ``target_bytes`` each.
+
+    Many small queue files would otherwise each cost a Spark task and a Parquet file;
+    a commitlog range of ``target_bytes`` stays a partition of its own. At least
+    ``min_groups`` groups (when there are that many tasks) keep every core busy.
+    """
+    total = sum(t.weight for t in tasks)
+    count = min(len(tasks), max(min_groups, -(-total // max(target_bytes, 1))))
+    groups: list[list[Task]] = [[] for _ in range(count)]
+    loads = [0] * count
+    for task in sorted(tasks, key=lambda t: -t.weight):
+        lightest = loads.index(min(loads))
+        groups[lightest].append(task)
+        loads[lightest] += task.weight
+    order = {t.task_id: i for i, t in enumerate(tasks)}
+    return [sorted(g, key=lambda t: order[t.task_id]) for g in groups if g]
+
+
+def _reports_only(context: DecodeContext) -> Callable[[Iterator[pa.RecordBatch]],
+                                                      Iterator[pa.RecordBatch]]:
+    """Run tasks for their reports only (rows are dropped on the executor)."""
+
+    def run(task_batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in task_batches:
+            for row in batch.to_pylist():
+                task = Task(**row)
+                for _ in run_task(task, context):
+                    pass
+                yield pa.RecordBatch.from_pydict({"task_id": [task.task_id]})
+
+    return run
+
+
+def load_snapshot(spark: SparkSession, broker: str, snapshot_id: str, store: str | Path,
+                  options: LoadOptions | None = None, *, registry: Registry | None = None,
+                  progress: Progress | None = None) -> LoadSummary:
+    """Load ``store`` (a snapshot directory of broker ``broker``) as ``snapshot_id``."""
+    options = options or LoadOptions()
+    if options.body_policy not in BODY_POLICIES:
+        raise LoadRefusedError(f"body policy must be one of {', '.join(BODY_POLICIES)}")
+    if not broker or not snapshot_id:
+        raise LoadRefusedError("a broker name and a snapshot id are required")
+    store = Path(store).resolve()
+    registry = (registry or Registry(spark)).ensure(names=False)
+    try:
+        load = SnapshotLoad(spark, registry, broker, snapshot_id, store, options,
+                            progress or (lambda _message: None))
+    except StoreError as error:
+        raise LoadRefusedError(f"{store} is not a readable broker store: {error}") from error
+    return load.run()
+
+
+__all__ = ["BATCHCONSUMEQUEUE", "CONSUMEQUEUE", "LoadOptions", "LoadRefusedError",
+           "LoadSummary", "load_snapshot"]

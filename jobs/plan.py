@@ -1,0 +1,232 @@
+"""Driver side of a load: decide which bytes of a snapshot are new, as decode tasks.
+
+A broker's commitlog and consume queues only grow; the ``load_state`` table remembers,
+per broker, how far each was loaded (the *high-water mark*: the end of the last complete
+record or unit, so a torn tail is read again next time). Planning lists the snapshot's
+files, compares them with those marks and returns byte-range tasks for what is past
+them. It reads only file names, sizes and index-file headers; decoding is the executors'.
+
+Planning also finds what cannot be loaded: bytes deleted by broker retention before any
+load saw them (*retention gaps*), and a store that went backwards (a reset store or a
+different broker under the same name), which is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from jobs.decode_tasks import BATCHCONSUMEQUEUE, COMMITLOG, CONSUMEQUEUE, INDEX, Task
+from rmqlib.batchconsumequeue import BCQ_UNIT_SIZE
+from rmqlib.commitlog import read_record_at, split_ranges
+from rmqlib.consumequeue import CQ_UNIT_SIZE, QueueDir, walk_queue_tree
+from rmqlib.errors import StoreError
+from rmqlib.indexfile import list_index_files
+from rmqlib.segments import Segment, list_segments
+
+DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
+DEFAULT_QUEUE_SPLIT_BYTES = 6_000_000  # one default-size consume-queue file
+UNIT_SIZES = {CONSUMEQUEUE: CQ_UNIT_SIZE, BATCHCONSUMEQUEUE: BCQ_UNIT_SIZE}
+
+
+class StoreWentBackwardsError(RuntimeError):
+    """The snapshot holds less than was already loaded for this broker: refused."""
+
+
+@dataclass(frozen=True)
+class HighWaterMark:
+    """One row of ``load_state``."""
+
+    broker: str
+    stream: str
+    topic: str | None
+    queue_id: int | None
+    file: str | None
+    loaded_until: int
+    snapshot_id: str
+    last_record_offset: int | None = None
+    last_record_crc: int | None = None
+
+    @property
+    def key(self) -> tuple[str, str | None, int | None, str | None]:
+        return (self.stream, self.topic, self.queue_id, self.file)
+
+
+@dataclass(frozen=True)
+class RetentionGap:
+    """Offsets deleted by the broker before a load saw them (commitlog: bytes; queues:
+    queue offsets, unit indexes for batch queues)."""
+
+    stream: str
+    topic: str | None
+    queue_id: int | None
+    from_offset: int
+    to_offset: int
+
+
+@dataclass(frozen=True)
+class SkippedQueue:
+    """A queue whose files end below what was loaded (topic deleted and re-created)."""
+
+    stream: str
+    topic: str
+    queue_id: int
+    rel_path: str
+    reason: str
+    length: int
+
+
+@dataclass
+class LoadPlan:
+    """Everything the executors will decode for one snapshot, plus what planning found."""
+
+    store: Path
+    commitlog_tasks: list[Task] = field(default_factory=list)
+    queue_tasks: list[Task] = field(default_factory=list)
+    index_tasks: list[Task] = field(default_factory=list)
+    gaps: list[RetentionGap] = field(default_factory=list)
+    skipped_queues: list[SkippedQueue] = field(default_factory=list)
+    # (relative path, size, reason) of files that cannot be decoded at all
+    unreadable_files: list[tuple[str, int, str]] = field(default_factory=list)
+    commitlog_min_offset: int | None = None
+    commitlog_hwm: int | None = None
+    # The segment the broker writes to (relative path): a record at its end may be torn.
+    commitlog_tail_file: str | None = None
+
+    @property
+    def tasks(self) -> list[Task]:
+        return self.commitlog_tasks + self.queue_tasks + self.index_tasks
+
+    def planned_bytes(self, tasks: Iterable[Task]) -> int:
+        return sum(t.weight for t in tasks)
+
+
+def _rel(store: Path, path: Path) -> str:
+    return path.relative_to(store).as_posix()
+
+
+def plan_load(store: str | Path, marks: Iterable[HighWaterMark], *,
+              split_bytes: int = DEFAULT_SPLIT_BYTES,
+              queue_split_bytes: int = DEFAULT_QUEUE_SPLIT_BYTES) -> LoadPlan:
+    """Tasks for everything in ``store`` past the broker's high-water marks."""
+    store = Path(store).resolve()
+    by_key = {mark.key: mark for mark in marks}
+    plan = LoadPlan(store)
+    _plan_commitlog(plan, by_key.get((COMMITLOG, None, None, None)), split_bytes)
+    for stream in (CONSUMEQUEUE, BATCHCONSUMEQUEUE):
+        root = store / stream
+        if root.is_dir():
+            for queue in walk_queue_tree(root).queues:
+                mark = by_key.get((stream, queue.topic, queue.queue_id, None))
+                _plan_queue(plan, stream, queue, mark, queue_split_bytes)
+    _plan_index(plan, by_key)
+    return plan
+
+
+# --------------------------------------------------------------------------- commitlog
+
+
+def _plan_commitlog(plan: LoadPlan, mark: HighWaterMark | None, split_bytes: int) -> None:
+    directory = plan.store / COMMITLOG
+    segments = list_segments(directory) if directory.is_dir() else []
+    hwm = mark.loaded_until if mark else None
+    plan.commitlog_hwm = hwm
+    if not segments:
+        return
+    plan.commitlog_min_offset = segments[0].start
+    plan.commitlog_tail_file = _rel(plan.store, segments[-1].path)
+    if mark is not None:
+        _check_not_backwards(plan.store, segments, mark)
+    start_from = hwm or 0
+    if segments[0].start > start_from:
+        plan.gaps.append(RetentionGap(COMMITLOG, None, None, start_from, segments[0].start))
+    for seg in segments:
+        if seg.start + seg.size <= start_from:
+            continue
+        begin = max(start_from - seg.start, 0)
+        for lo, hi in split_ranges(seg.size - begin, split_bytes):
+            if hi > lo:
+                rel = _rel(plan.store, seg.path)
+                plan.commitlog_tasks.append(Task(
+                    f"{rel}@{begin + lo}", COMMITLOG, str(seg.path), rel, begin + lo,
+                    begin + hi))
+
+
+def _check_not_backwards(store: Path, segments: list[Segment], mark: HighWaterMark) -> None:
+    """Refuse a store that ends below the mark or no longer holds the last loaded record."""
+    store_end = segments[-1].start + segments[-1].size
+    loaded = (f"broker {mark.broker!r} was loaded up to commitlog offset {mark.loaded_until} "
+              f"(snapshot {mark.snapshot_id!r})")
+    if store_end < mark.loaded_until:
+        raise StoreWentBackwardsError(
+            f"{store}: the commitlog ends at offset {store_end} but {loaded}: a reset store "
+            "or a different broker; refusing to merge it into the loaded history")
+    offset = mark.last_record_offset
+    if offset is None or not any(s.start <= offset < s.start + s.size for s in segments):
+        return  # the last loaded record's file was deleted by retention: nothing to compare
+    try:
+        record = read_record_at([store / COMMITLOG], offset, verify_crc=False)
+        same = record.body_crc == mark.last_record_crc
+        found = f"a record with BODYCRC {record.body_crc}"
+    except StoreError as error:
+        same, found = False, f"no valid record ({error.reason})"
+    if not same:
+        raise StoreWentBackwardsError(
+            f"{store}: at commitlog offset {offset}, where the last loaded record (BODYCRC "
+            f"{mark.last_record_crc}) was, this snapshot has {found}; {loaded}: a reset "
+            "store or a different broker; refusing to merge it into the loaded history")
+
+
+# --------------------------------------------------------------------------- queues
+
+
+def _plan_queue(plan: LoadPlan, stream: str, queue: QueueDir, mark: HighWaterMark | None,
+                queue_split_bytes: int) -> None:
+    unit = UNIT_SIZES[stream]
+    segments = [seg for seg in queue.segments if seg.size > 0]
+    if not segments:
+        return
+    hwm = mark.loaded_until if mark else 0
+    first, last = segments[0], segments[-1]
+    if last.start + last.size < hwm:
+        plan.skipped_queues.append(SkippedQueue(
+            stream, queue.topic, queue.queue_id, _rel(plan.store, queue.path),
+            f"queue files end at byte {last.start + last.size} of the queue but "
+            f"{hwm} were already loaded (topic deleted and re-created?): not loaded",
+            sum(seg.size for seg in segments)))
+        return
+    if first.start > hwm:
+        plan.gaps.append(RetentionGap(stream, queue.topic, queue.queue_id, hwm // unit,
+                                      first.start // unit))
+    step = max(unit, queue_split_bytes // unit * unit)
+    for seg in segments:
+        if seg.start + seg.size <= hwm:
+            continue
+        begin = max(hwm - seg.start, 0)
+        rel = _rel(plan.store, seg.path)
+        for lo in range(begin, seg.size, step):
+            plan.queue_tasks.append(Task(f"{rel}@{lo}", stream, str(seg.path), rel, lo,
+                                         min(lo + step, seg.size), queue.topic,
+                                         queue.queue_id))
+
+
+# --------------------------------------------------------------------------- index
+
+
+def _plan_index(plan: LoadPlan, by_key: dict[tuple, HighWaterMark]) -> None:
+    directory = plan.store / INDEX
+    if not directory.is_dir():
+        return
+    listing = list_index_files(directory)
+    for path, error in listing.rejected:
+        plan.unreadable_files.append((_rel(plan.store, path), path.stat().st_size,
+                                      f"index file cannot be opened: {error}"))
+    for info in listing.files:
+        mark = by_key.get((INDEX, None, None, info.path.name))
+        next_entry = mark.loaded_until if mark else 1
+        if info.header.entry_count < next_entry:
+            continue
+        rel = _rel(plan.store, info.path)
+        plan.index_tasks.append(Task(f"{rel}@{next_entry}", INDEX, str(info.path), rel,
+                                     next_entry, info.header.entry_count + 1))

@@ -1,0 +1,134 @@
+"""Rows of the small per-snapshot tables, built on the driver from rmqlib's typed views.
+
+Config JSON, checkpoint, abort marker and the inventory are a few kilobytes; turning them
+into rows on the driver is cheaper than a Spark job. Each function returns plain tuples
+in the order of the table's data contract, so ``spark.createDataFrame(rows, schema)``
+checks them against it.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rmqlib.checkpoint import read_checkpoint
+from rmqlib.config import ConfigDir, ConfigSource
+from rmqlib.errors import StoreError
+from rmqlib.inventory import Inventory
+from rmqlib.markers import read_abort
+
+Row = tuple[object, ...]
+
+
+def utc(ms: int | None) -> datetime | None:
+    """Epoch milliseconds as an aware UTC datetime (None and 0 stay None)."""
+    if not ms:
+        return None
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def _config_file(store: Path, source: ConfigSource | None, default: str) -> str:
+    if source is None:
+        return default
+    try:
+        return Path(source.used).resolve().relative_to(store).as_posix()
+    except ValueError:
+        return source.used
+
+
+def topic_rows(broker: str, snapshot_id: str, store: Path, config: ConfigDir) -> list[Row]:
+    topics = config.topics
+    if topics is None:
+        return []
+    where = _config_file(store, topics.source, "config/topics.json")
+    return [
+        (broker, snapshot_id, name, t.read_queue_nums, t.write_queue_nums, t.perm,
+         t.readable, t.writable, t.topic_filter_type, t.topic_sys_flag, t.order,
+         t.queue_type, dict(t.attributes), where)
+        for name, t in sorted(topics.topics.items())
+    ]
+
+
+def subscription_group_rows(broker: str, snapshot_id: str, store: Path,
+                            config: ConfigDir) -> list[Row]:
+    groups = config.subscription_groups
+    if groups is None:
+        return []
+    where = _config_file(store, groups.source, "config/subscriptionGroup.json")
+    return [
+        (broker, snapshot_id, name, g.consume_enable, g.consume_from_min_enable,
+         g.consume_broadcast_enable, g.consume_message_orderly, g.retry_queue_nums,
+         g.retry_max_times, g.broker_id, g.which_broker_when_consume_slowly,
+         g.notify_consumer_ids_changed_enable, g.group_sys_flag, g.consume_timeout_minute,
+         dict(g.attributes), json.dumps(g.raw, sort_keys=True, ensure_ascii=False), where)
+        for name, g in sorted(groups.groups.items())
+    ]
+
+
+def consumer_offset_rows(broker: str, snapshot_id: str, store: Path,
+                         config: ConfigDir) -> list[Row]:
+    rows: dict[tuple[str, str, int], Row] = {}
+    for offsets, default in ((config.consumer_offsets, "config/consumerOffset.json"),
+                             (config.lmq_consumer_offsets, "config/lmqConsumerOffset.json")):
+        if offsets is None:
+            continue
+        where = _config_file(store, offsets.source, default)
+        for o in offsets.offsets:
+            # lmqConsumerOffset.json replaces consumerOffset.json when LMQ is on: its
+            # rows win where both name the same queue.
+            rows[(o.group, o.topic, o.queue_id)] = (
+                broker, snapshot_id, o.group, o.topic, o.queue_id, o.offset, o.lmq,
+                o.ambiguous, where)
+    return [rows[key] for key in sorted(rows)]
+
+
+def delay_offset_rows(broker: str, snapshot_id: str, store: Path,
+                      config: ConfigDir) -> list[Row]:
+    delays = config.delay_offsets
+    if delays is None:
+        return []
+    where = _config_file(store, delays.source, "config/delayOffset.json")
+    return [(broker, snapshot_id, level, level - 1, offset, where)
+            for level, offset in sorted(delays.offsets.items())]
+
+
+def config_problems(config: ConfigDir) -> list[tuple[str, str]]:
+    """(file name, reason) of every config file that could not be used."""
+    problems = [(name, str(error)) for name, error in sorted(config.errors.items())]
+    problems += [(str(item.path), str(item)) for item in config.unsupported]
+    return problems
+
+
+def snapshot_row(broker: str, snapshot_id: str, seq: int, store: Path,
+                 inventory: Inventory, taken_at: datetime | None, status: str,
+                 commitlog_min: int | None, commitlog_max: int | None,
+                 load_errors: list[str]) -> Row:
+    """The ``snapshots`` row: what the snapshot is, before and after its load."""
+    abort = read_abort(store).abort
+    checkpoint_values: list[object] = [None] * 6
+    if (store / "checkpoint").is_file():
+        try:
+            ckp = read_checkpoint(store / "checkpoint")
+            checkpoint_values = [utc(ckp.physic_msg_timestamp), utc(ckp.logics_msg_timestamp),
+                                 utc(ckp.index_msg_timestamp), ckp.master_flushed_offset,
+                                 ckp.confirm_phy_offset, ckp.logics_physical_offset]
+        except StoreError as error:
+            load_errors = [*load_errors, f"checkpoint: {error}"]
+    totals = inventory.totals()
+    return (
+        broker, snapshot_id, seq, taken_at or newest_mtime(inventory), str(store),
+        inventory.generation, list(inventory.evidence), sorted(inventory.features),
+        abort is not None, abort.pid if abort is not None else None,
+        *checkpoint_values,
+        len(inventory.files), sum(f.size for f in inventory.files),
+        {kind: v["files"] for kind, v in totals.items()},
+        {kind: v["bytes"] for kind, v in totals.items()},
+        commitlog_min, commitlog_max, status, load_errors,
+    )
+
+
+def newest_mtime(inventory: Inventory) -> datetime | None:
+    """When a snapshot was taken, if nobody said: the newest file modification time."""
+    times = [(inventory.root / f.path).stat().st_mtime for f in inventory.files]
+    return datetime.fromtimestamp(max(times), tz=UTC) if times else None

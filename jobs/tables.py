@@ -1,0 +1,147 @@
+"""The table registry: every Delta table of the lakehouse, where it lives, how it is made.
+
+Tables are created from their data contract (``data_contracts/<table>.yaml``) and live at
+``<warehouse>/rmq.db/<table>``. They are addressed by path for writes (so a job never
+depends on a metastore being shared) and registered by name in the session's catalog for
+SQL (``rmq.messages``), which costs one ``CREATE TABLE IF NOT EXISTS`` per table.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+
+from jobs.contracts import Contract, load_contracts, schema_drift
+
+DATABASE = "rmq"
+
+# Facts: rows appended once per record/unit/entry, keyed by their position in the store.
+MESSAGES = "messages"
+QUEUE_ENTRIES = "queue_entries"
+INDEX_ENTRIES = "index_entries"
+# State: one row set per (broker, snapshot).
+TOPICS = "topics"
+SUBSCRIPTION_GROUPS = "subscription_groups"
+CONSUMER_OFFSETS = "consumer_offsets"
+DELAY_OFFSETS = "delay_offsets"
+SNAPSHOTS = "snapshots"
+# Bookkeeping.
+QUARANTINE = "quarantine"
+RETENTION_GAPS = "retention_gaps"
+LOAD_STATE = "load_state"
+LOAD_RUNS = "load_runs"
+
+TABLES = (MESSAGES, QUEUE_ENTRIES, INDEX_ENTRIES, TOPICS, SUBSCRIPTION_GROUPS,
+          CONSUMER_OFFSETS, DELAY_OFFSETS, SNAPSHOTS, QUARANTINE, RETENTION_GAPS,
+          LOAD_STATE, LOAD_RUNS)
+
+
+# {id(SparkContext): {qualified name: location}} of the names this process registered.
+_REGISTERED: dict[int, dict[str, str]] = {}
+
+
+class TableDriftError(RuntimeError):
+    """A table on disk no longer matches its data contract."""
+
+
+@dataclass(frozen=True)
+class Table:
+    """One lakehouse table: its contract and its location."""
+
+    name: str
+    contract: Contract
+    location: str
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{DATABASE}.{self.name}"
+
+
+class Registry:
+    """All tables of one warehouse, created on first use from their contracts."""
+
+    def __init__(self, spark: SparkSession, warehouse: str | Path | None = None) -> None:
+        self.spark = spark
+        root = warehouse or spark.conf.get("spark.sql.warehouse.dir")
+        self.warehouse = str(root).removeprefix("file:")
+        contracts = load_contracts()
+        missing = sorted(set(TABLES) - set(contracts))
+        if missing:
+            raise TableDriftError(f"no data contract for table(s): {', '.join(missing)}")
+        self.tables = {
+            name: Table(name, contracts[name], f"{self.warehouse}/{DATABASE}.db/{name}")
+            for name in TABLES
+        }
+        self._ready = False
+        self._named = False
+
+    def __getitem__(self, name: str) -> Table:
+        return self.tables[name]
+
+    def ensure(self, *, names: bool = True) -> Registry:
+        """Create every missing table from its contract; point ``rmq.<table>`` at it.
+
+        The session catalog is in memory, so names are (re)registered per process; a
+        session that switches warehouses re-points the names at the new one. Loads
+        address tables by path and pass ``names=False``, which skips registering the
+        tables that already exist (a second or so each).
+        """
+        if self._ready and (self._named or not names):
+            return self
+        from delta.tables import DeltaTable  # needs the JVM; keep module import light
+
+        self.spark.sql(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
+        registered = _REGISTERED.setdefault(id(self.spark.sparkContext), {})
+
+        def prepare(table: Table) -> None:
+            name = table.qualified_name
+            if registered.get(name) == table.location:
+                return
+            exists = DeltaTable.isDeltaTable(self.spark, table.location)
+            if exists and not names:
+                return
+            self.spark.sql(f"DROP TABLE IF EXISTS {name}")  # external: metadata only
+            if exists:
+                self.spark.sql(f"CREATE TABLE {name} USING DELTA "
+                               f"LOCATION '{table.location}'")
+            else:
+                self.spark.sql(table.contract.create_table_sql(name, table.location))
+            registered[name] = table.location
+
+        # Each CREATE is a Delta commit of its own, mostly waiting: a few at once.
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            for future in [pool.submit(prepare, t) for t in self.tables.values()]:
+                future.result()
+        self._ready = True
+        self._named = self._named or names
+        return self
+
+    def read(self, name: str) -> DataFrame:
+        """The current version of a table, by path."""
+        return self.spark.read.format("delta").load(self.ensure(names=False)[name].location)
+
+    def read_rows(self, name: str, **equal: object) -> list[dict[str, object]]:
+        """Rows of a small bookkeeping table matching ``column=value`` filters, read on
+        the driver with delta-rs: no Spark job, milliseconds instead of seconds."""
+        from deltalake import DeltaTable as RustDeltaTable
+
+        table = self.ensure(names=False)[name]
+        filters = [(column, "=", value) for column, value in equal.items()] or None
+        return RustDeltaTable(table.location).to_pyarrow_table(filters=filters).to_pylist()
+
+    def drift(self, name: str) -> list[str]:
+        """Differences between the table on disk and its contract (empty when none)."""
+        table = self.ensure(names=False)[name]
+        return schema_drift(table.contract, self.read(name).schema)
+
+    def check_drift(self) -> None:
+        """Refuse to load into tables whose schema drifted from their contracts."""
+        problems = {name: self.drift(name) for name in self.tables}
+        problems = {name: diff for name, diff in problems.items() if diff}
+        if problems:
+            lines = [f"{name}: {'; '.join(diff)}" for name, diff in problems.items()]
+            raise TableDriftError("tables differ from their data contracts:\n"
+                                  + "\n".join(lines))

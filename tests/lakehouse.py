@@ -1,0 +1,49 @@
+"""Helpers shared by the Spark load tests: load into a warehouse, read tables back."""
+
+from __future__ import annotations
+
+import json
+from datetime import date, datetime
+from pathlib import Path
+
+from jobs.load import LoadOptions, LoadSummary, load_snapshot
+from jobs.tables import LOAD_RUNS, TABLES, Registry
+
+# Small splits so that the 1 MiB segments of the harness stores become several tasks.
+TEST_OPTIONS = LoadOptions(split_bytes=256 * 1024, queue_split_bytes=2000)
+
+
+def load(spark, warehouse: Path, broker: str, snapshot_id: str, store: Path,  # type: ignore[no-untyped-def]
+         options: LoadOptions = TEST_OPTIONS) -> tuple[Registry, LoadSummary]:
+    registry = Registry(spark, warehouse)
+    summary = load_snapshot(spark, broker, snapshot_id, store, options, registry=registry)
+    return registry, summary
+
+
+def canonical(value: object) -> object:
+    """A JSON-able, order-independent form of a cell (maps sorted, bytes as hex)."""
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).hex()
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return sorted((str(k), canonical(v)) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        items = [canonical(v) for v in value]
+        # Arrow maps arrive as lists of (key, value) pairs: order-independent too.
+        if items and all(isinstance(v, list) and len(v) == 2 for v in items):
+            return sorted(items)
+        return items
+    return value
+
+
+def table_content(registry: Registry, name: str) -> list[str]:
+    """Every row of a table as canonical JSON, sorted: equal lists = equal tables."""
+    rows = registry.read(name).collect()
+    return sorted(json.dumps([canonical(v) for v in row], sort_keys=True, default=str)
+                  for row in rows)
+
+
+def all_content(registry: Registry) -> dict[str, list[str]]:
+    """Content of every table except the audit log (which grows with every attempt)."""
+    return {name: table_content(registry, name) for name in TABLES if name != LOAD_RUNS}

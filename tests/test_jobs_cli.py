@@ -1,0 +1,94 @@
+"""``python -m jobs`` as a user runs it: exit codes, one-line errors, body policies."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from lakehouse import load
+
+from jobs import tables as T
+from jobs.load import LoadOptions
+from jobs.sql import saved_queries
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run_jobs(*args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "jobs", *args], cwd=REPO, text=True,
+                          capture_output=True, timeout=timeout)
+
+
+def test_bad_command_line_exits_2_without_starting_spark() -> None:
+    result = run_jobs("load", "--broker", "b", "/nowhere")  # no --snapshot-id
+    assert result.returncode == 2
+    assert "snapshot-id" in result.stderr
+    result = run_jobs("sql")
+    assert result.returncode == 2
+    assert result.stderr.strip() == "error: give either SQL text or --saved NAME"
+
+
+def test_saved_queries_are_listed_with_their_parameters() -> None:
+    result = run_jobs("sql", "--list")
+    assert result.returncode == 0
+    for name, query in saved_queries().items():
+        assert name in result.stdout
+        assert query.description
+    assert "message_by_key  (key)" in result.stdout
+
+
+@pytest.mark.spark
+def test_a_directory_that_is_not_a_store_is_refused_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "store").mkdir()
+    result = run_jobs("--warehouse", str(tmp_path / "wh"), "load", "--broker", "b",
+                      "--snapshot-id", "s1", str(tmp_path / "store"))
+    assert result.returncode == 3, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "not a RocketMQ store" in errors[0]
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.spark
+@pytest.mark.broker
+def test_load_prints_a_json_summary_and_a_saved_query(broker_stores, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    store = broker_stores["v4-clean"] / "store"
+    result = run_jobs("--warehouse", str(tmp_path / "wh"), "load", "--broker", "b",
+                      "--snapshot-id", "s1", "--json", "--quiet", str(store))
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["tables"]["messages"]["rows_added"] > 2000
+    assert summary["quarantined_bytes"] == 0 and not summary["skipped"]
+    again = run_jobs("--warehouse", str(tmp_path / "wh"), "load", "--broker", "b",
+                     "--snapshot-id", "s1", "--quiet", "--query", "volume_per_topic_hour",
+                     str(store))
+    assert again.returncode == 0, again.stderr
+    assert "already loaded, nothing changed" in again.stdout
+    assert "TopicBulk" in again.stdout and "saved query volume_per_topic_hour" in again.stdout
+    bad = run_jobs("--warehouse", str(tmp_path / "wh"), "sql", "--saved", "message_by_key")
+    assert bad.returncode == 3 and "missing ['key']" in bad.stderr
+
+
+@pytest.mark.spark
+@pytest.mark.broker
+@pytest.mark.parametrize("policy", ["hash", "none"])
+def test_body_policies_keep_payloads_out(spark, broker_stores, tmp_path, policy):  # type: ignore[no-untyped-def]
+    store = broker_stores["v4-clean"] / "store"
+    registry, _ = load(spark, tmp_path / "wh", "b", "s1", store,
+                       LoadOptions(body_policy=policy))
+    truth = {json.loads(line)["offsetMsgId"]: json.loads(line) for line in
+             (broker_stores["v4-clean"] / "truth" / "messages.jsonl").read_text().splitlines()}
+    rows = registry.read(T.MESSAGES).collect()
+    assert rows and all(r.body is None and r.body_policy == policy for r in rows)
+    assert all(r.body_size is not None for r in rows)
+    for row in rows:
+        sent = truth.get(row.offset_msg_id)
+        if policy == "hash":
+            assert row.body_sha256 is not None
+            if sent:
+                assert row.body_sha256 == sent["bodySha256"]
+                assert row.body_size == sent["bodyLength"]
+        else:
+            assert row.body_sha256 is None
