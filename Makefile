@@ -17,7 +17,7 @@ RUN_STORE   ?= $(or $(RMQ_STORE),$(STORE_CACHE)/v5-clean/store)
 RUN_BROKER  ?= $(or $(RMQ_BROKER),broker-a)
 RUN_SNAPSHOT ?= $(shell date -u +%F)
 
-.PHONY: setup run test lint lock jars stores default-store clean check-tools
+.PHONY: setup run test lint lock jars stores default-store clean check-tools browser
 
 ## setup: virtualenv with the locked Python stack + Delta jars from Maven Central
 setup: $(INSTALLED) jars
@@ -55,9 +55,19 @@ run: setup default-store
 	$(PY) -m jobs load --broker $(RUN_BROKER) --snapshot-id $(RUN_SNAPSHOT) \
 		--query volume_per_topic_hour $(RUN_STORE)
 
+## browser: Debian's Chromium for the tests that open the HTML reports (playwright drives
+## it; nothing downloads a browser of its own). Installs only when missing (needs root).
+CHROMIUM ?= /usr/bin/chromium
+browser:
+	@test -x $(CHROMIUM) || { \
+		if [ "$$(id -u)" = 0 ]; then \
+			apt-get install -y -qq chromium >/dev/null 2>&1 || \
+			{ apt-get update -qq && apt-get install -y -qq chromium; }; \
+		else echo "error: $(CHROMIUM) missing: apt-get install chromium (as root)"; exit 1; fi; }
+
 ## test: set up, then run the whole test suite
 # pytest exits 5 when it collects no tests; that alone must not fail CI.
-test: setup
+test: setup browser
 	$(PY) -m pytest $(PYTEST_ARGS); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$status
 

@@ -45,3 +45,12 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     )
     yield session
     session.stop()
+
+
+@pytest.fixture
+def browser_page(tmp_path: Path) -> Iterator[object]:
+    """A Playwright page in headless Debian Chromium (tests/browser.py)."""
+    from browser import chromium_page
+
+    with chromium_page(tmp_path / "chromium-profile") as page:
+        yield page
