@@ -33,10 +33,14 @@ QUARANTINE = "quarantine"
 RETENTION_GAPS = "retention_gaps"
 LOAD_STATE = "load_state"
 LOAD_RUNS = "load_runs"
+# Checks: written per snapshot by the reconcile job and the alerts.
+CHECK_RESULTS = "check_results"
+CONSUMER_LAG = "consumer_lag"
+ALERTS = "alerts"
 
 TABLES = (MESSAGES, QUEUE_ENTRIES, INDEX_ENTRIES, TOPICS, SUBSCRIPTION_GROUPS,
           CONSUMER_OFFSETS, DELAY_OFFSETS, SNAPSHOTS, QUARANTINE, RETENTION_GAPS,
-          LOAD_STATE, LOAD_RUNS)
+          LOAD_STATE, LOAD_RUNS, CHECK_RESULTS, CONSUMER_LAG, ALERTS)
 
 
 # {id(SparkContext): {qualified name: location}} of the names this process registered.

@@ -54,3 +54,19 @@ def browser_page(tmp_path: Path) -> Iterator[object]:
 
     with chromium_page(tmp_path / "chromium-profile") as page:
         yield page
+
+
+@pytest.fixture(scope="session")
+def golden(spark, broker_stores, tmp_path_factory):  # type: ignore[no-untyped-def]
+    """One warehouse holding snapshot "s1" of each of the four real-broker stores, loaded
+    as a broker named after its variant: (registry, {variant: LoadSummary}). Shared by the
+    tests that only read it (loads, checks, reports), so each store is loaded once."""
+    from lakehouse import load
+
+    warehouse = tmp_path_factory.mktemp("golden-warehouse")
+    summaries = {}
+    registry = None
+    for variant in ("v4-clean", "v4-killed", "v5-clean", "v5-killed"):
+        registry, summaries[variant] = load(spark, warehouse, variant, "s1",
+                                            broker_stores[variant] / "store")
+    return registry, summaries

@@ -29,19 +29,7 @@ from rmqlib.segments import list_segments
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]
 
-VARIANTS = ("v4-clean", "v4-killed", "v5-clean", "v5-killed")
-
-
-@pytest.fixture(scope="module")
-def golden(spark, broker_stores, tmp_path_factory):  # type: ignore[no-untyped-def]
-    """{variant: summary} after loading every variant; the registry as ``registry``."""
-    warehouse = tmp_path_factory.mktemp("golden-warehouse")
-    summaries = {}
-    registry = None
-    for variant in VARIANTS:
-        registry, summaries[variant] = load(spark, warehouse, variant, "s1",
-                                            broker_stores[variant] / "store")
-    return registry, summaries
+VARIANTS = ("v4-clean", "v4-killed", "v5-clean", "v5-killed")  # = golden's brokers
 
 
 def rows_of(registry, table: str, broker: str) -> list:  # type: ignore[no-untyped-def]

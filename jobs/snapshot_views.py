@@ -1,0 +1,171 @@
+"""One snapshot of one broker as Spark temp views over the Delta tables.
+
+The fact tables keep every row any load ever saw (history beyond the broker's retention),
+so "the store at snapshot S" has to be cut out of them: rows first seen in S or an earlier
+snapshot of the broker, and for the commitlog only offsets the store still held at S
+([commitlog_min_offset, commitlog_max_offset) of the snapshot row). State tables are
+simply the rows of S. The checks (``jobs.checks``) and the lag (``jobs.lag``) are SQL over
+these views; nothing is collected to the driver but the one snapshot row.
+
+Views (``rc_`` = reconcile):
+  rc_msg      records in the store at S
+  rc_qe       consume-queue and batch-consume-queue units loaded up to S (all kinds)
+  rc_units    rc_qe's normal units whose record is still in the commitlog at S
+  rc_bounds   per queue: min_offset / max_offset as the broker computes them (spec §4.2)
+  rc_idx      index entries loaded up to S
+  rc_topics, rc_groups, rc_offsets, rc_delay, rc_quarantine, rc_gaps: rows of S
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+from pyspark.sql import SparkSession
+from pyspark.sql.functions import pandas_udf
+from pyspark.sql.types import IntegerType, LongType
+
+from jobs import tables as T
+from jobs.delta_io import sql_string
+from jobs.tables import Registry
+from rmqlib.javahash import index_key_hashes, java_string_hashes
+
+
+class SnapshotNotLoadedError(LookupError):
+    """The snapshot to check was never loaded (or its load did not finish)."""
+
+
+@dataclass(frozen=True)
+class SnapshotScope:
+    """What the reconcile job needs to know about the snapshot before any Spark job."""
+
+    broker: str
+    snapshot_id: str
+    seq: int
+    taken_at: datetime | None
+    commitlog_min_offset: int
+    commitlog_max_offset: int
+    abort_present: bool
+    checkpoint_physic_msg_time: datetime | None
+    visible_snapshot_ids: tuple[str, ...]  # this snapshot and the broker's earlier ones
+
+    @property
+    def broker_sql(self) -> str:
+        return sql_string(self.broker)
+
+    @property
+    def snapshot_sql(self) -> str:
+        return sql_string(self.snapshot_id)
+
+    @property
+    def visible_sql(self) -> str:
+        return ", ".join(sql_string(s) for s in self.visible_snapshot_ids)
+
+
+def snapshot_scope(registry: Registry, broker: str, snapshot_id: str) -> SnapshotScope:
+    """Read the broker's snapshot rows (delta-rs, milliseconds) and describe ``snapshot_id``."""
+    rows = registry.read_rows(T.SNAPSHOTS, broker=broker)
+    mine = next((row for row in rows if row["snapshot_id"] == snapshot_id), None)
+    if mine is None or mine["status"] != "loaded":
+        state = "was never loaded" if mine is None else f"is {mine['status']!r}"
+        raise SnapshotNotLoadedError(
+            f"snapshot {snapshot_id!r} of broker {broker!r} {state}: load it first")
+    visible = tuple(sorted(row["snapshot_id"] for row in rows
+                           if row["snapshot_seq"] <= mine["snapshot_seq"]))
+    return SnapshotScope(
+        broker, snapshot_id, mine["snapshot_seq"], mine["taken_at"],
+        mine["commitlog_min_offset"] or 0, mine["commitlog_max_offset"] or 0,
+        bool(mine["abort_present"]), mine["checkpoint_physic_msg_time"], visible)
+
+
+# --------------------------------------------------------------------------- UDFs
+
+
+@pandas_udf(LongType())  # type: ignore[call-overload]
+def rmq_tags_code(tags: pd.Series) -> pd.Series:
+    """Consume-queue tagsCode of TAGS (spec §4.3): Java hash sign-extended, 0 if none."""
+    values = pa.array(tags.fillna(""), pa.string())
+    return pd.Series(java_string_hashes(values).astype(np.int64))
+
+
+@pandas_udf(IntegerType())  # type: ignore[call-overload]
+def rmq_index_hash(keys: pd.Series) -> pd.Series:
+    """IndexFile keyHash of ``topic#key`` strings (spec §5)."""
+    return pd.Series(index_key_hashes(pa.array(keys, pa.string())))
+
+
+def register_udfs(spark: SparkSession) -> None:
+    spark.udf.register("rmq_tags_code", rmq_tags_code)
+    spark.udf.register("rmq_index_hash", rmq_index_hash)
+
+
+# --------------------------------------------------------------------------- views
+
+
+def create_views(spark: SparkSession, registry: Registry, scope: SnapshotScope) -> None:
+    """(Re)create the ``rc_*`` temp views of ``scope`` in this session."""
+    register_udfs(spark)
+    for name in (T.MESSAGES, T.QUEUE_ENTRIES, T.INDEX_ENTRIES, T.TOPICS,
+                 T.SUBSCRIPTION_GROUPS, T.CONSUMER_OFFSETS, T.DELAY_OFFSETS, T.QUARANTINE,
+                 T.RETENTION_GAPS, T.SNAPSHOTS):
+        registry.read(name).createOrReplaceTempView(f"rc_all_{name}")
+    b, s, visible = scope.broker_sql, scope.snapshot_sql, scope.visible_sql
+    cl_min, cl_max = scope.commitlog_min_offset, scope.commitlog_max_offset
+    views = {
+        "rc_msg": f"""
+            SELECT {MESSAGE_COLUMNS} FROM rc_all_messages
+            WHERE broker = {b} AND first_snapshot_id IN ({visible})
+              AND physical_offset >= {cl_min} AND physical_offset < {cl_max}""",
+        "rc_qe": f"""
+            SELECT * FROM rc_all_queue_entries
+            WHERE broker = {b} AND first_snapshot_id IN ({visible})""",
+        "rc_units": f"""
+            SELECT * FROM rc_qe
+            WHERE kind <> 'filler' AND commitlog_offset >= {cl_min}""",
+        # max: next offset to be written (fillers count); min: first unit whose record is
+        # still in the commitlog (the broker's correctMinOffset), = max when none is.
+        "rc_bounds": f"""
+            SELECT topic, queue_id, first(queue_type) AS queue_type,
+                   max(queue_offset + coalesce(batch_size, 1)) AS max_offset,
+                   coalesce(min(CASE WHEN kind <> 'filler' AND commitlog_offset >= {cl_min}
+                                     THEN queue_offset END),
+                            max(queue_offset + coalesce(batch_size, 1))) AS min_offset
+            FROM rc_qe GROUP BY topic, queue_id""",
+        "rc_idx": f"""
+            SELECT * FROM rc_all_index_entries
+            WHERE broker = {b} AND first_snapshot_id IN ({visible})""",
+        "rc_topics": f"SELECT * FROM rc_all_topics WHERE broker = {b} AND snapshot_id = {s}",
+        "rc_groups": f"""
+            SELECT * FROM rc_all_subscription_groups WHERE broker = {b} AND snapshot_id = {s}""",
+        "rc_offsets": f"""
+            SELECT * FROM rc_all_consumer_offsets WHERE broker = {b} AND snapshot_id = {s}""",
+        "rc_delay": f"""
+            SELECT * FROM rc_all_delay_offsets WHERE broker = {b} AND snapshot_id = {s}""",
+        "rc_quarantine": f"""
+            SELECT * FROM rc_all_quarantine WHERE broker = {b} AND snapshot_id = {s}""",
+        "rc_gaps": f"""
+            SELECT * FROM rc_all_retention_gaps WHERE broker = {b} AND snapshot_id = {s}""",
+    }
+    for name, query in views.items():
+        df = spark.sql(query)
+        if name in CACHED:
+            df = df.persist()
+        df.createOrReplaceTempView(name)
+
+
+def drop_views(spark: SparkSession) -> None:
+    """Release the cached views (the session may go on to other work)."""
+    for name in CACHED:
+        if spark.catalog.tableExists(name):
+            spark.table(name).unpersist()
+
+
+# Read by most checks: kept in memory for the run (rc_msg without bodies: small).
+CACHED = ("rc_msg", "rc_qe")
+MESSAGE_COLUMNS = ", ".join((
+    "physical_offset", "total_size", "topic", "queue_id", "queue_offset", "transaction_type",
+    "store_time", "tags", "keys", "properties['UNIQ_KEY'] AS uniq_key", "body_crc_ok",
+    "property_crc_ok", "source_file"))
