@@ -1,0 +1,446 @@
+"""Great Expectations suites generated from the data contracts, run per snapshot.
+
+The contracts' ``quality`` rules are the single source of truth for data quality: each
+rule becomes exactly one GX expectation (:func:`suite_for`), tagged with
+``meta.rule = "<table>.<rule name>"`` so a failed expectation leads straight back to the
+contract. Nothing here is written by hand per table.
+
+:func:`run_expectations` validates one snapshot of one broker: a file-backed GX context
+under ``gx_root``, one Spark dataframe asset, batch definition, suite and validation
+definition per table, and one Checkpoint that runs them all, keeps the results in the
+context's validation results store and rebuilds the static Data Docs site.
+
+GX 1.x hands every validation definition of a checkpoint the same batch parameters, while
+a Spark dataframe asset's only batch parameter is the dataframe itself. The checkpoint
+used here (:class:`SnapshotCheckpoint`) therefore takes ``{definition name: dataframe}``
+and gives each definition its own table's rows, cached only while its suite runs.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import re
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from urllib.parse import unquote, urlparse
+
+import great_expectations as gx
+import great_expectations.expectations as gxe
+from great_expectations.checkpoint import UpdateDataDocsAction
+from great_expectations.checkpoint.actions import ActionContext
+from great_expectations.checkpoint.checkpoint import CheckpointResult
+from great_expectations.core.run_identifier import RunIdentifier
+from great_expectations.data_context.types.base import ProgressBarsConfig
+from great_expectations.data_context.types.resource_identifiers import (
+    ExpectationSuiteIdentifier,
+)
+from great_expectations.expectations.metadata_types import FailureSeverity
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from jobs.contracts import Contract, quote_identifier
+from jobs.tables import LOAD_RUNS, LOAD_STATE, RETENTION_GAPS, Registry
+
+if TYPE_CHECKING:
+    from great_expectations.core import (
+        ExpectationSuiteValidationResult,
+        ExpectationValidationResult,
+    )
+    from great_expectations.data_context import AbstractDataContext
+    from great_expectations.datasource.fluent import SparkDatasource
+
+DATASOURCE = "rmq_lakehouse"
+CHECKPOINT = "rmq_snapshot"
+BATCH_DEFINITION = "snapshot_rows"
+SUITE_PREFIX = "rmq."
+DOCS_SITE = "local_site"  # the site GX scaffolds, with two settings changed
+DOCS_SITE_CONFIG = {
+    "class_name": "SiteBuilder",
+    "show_how_to_buttons": False,
+    "store_backend": {"class_name": "TupleFilesystemStoreBackend",
+                      "base_directory": "uncommitted/data_docs/local_site/"},
+    # The index re-reads every listed result each time it is built (once per table per
+    # run): list only the newest ones, or a year of daily runs makes every run crawl.
+    "site_index_builder": {"class_name": "DefaultSiteIndexBuilder",
+                           "validation_results_limit": 600},
+}
+SEVERITIES = {"error": FailureSeverity.CRITICAL, "warning": FailureSeverity.WARNING}
+# Keys of these tables span a broker's whole history (marks, audit log, gaps found by any
+# snapshot), so their batch is every row of the broker, not one snapshot's.
+BROKER_WIDE = frozenset({LOAD_STATE, LOAD_RUNS, RETENTION_GAPS})
+# Contract SQL rules count offending rows; GX wants the rows. This shape is rewritten to
+# select the offending rows' keys, anything else is wrapped (see offending_rows_query).
+_COUNT_WHERE = re.compile(
+    r"\s*SELECT\s+COUNT\(\s*\*\s*\)\s+FROM\s+\{object\}\s+WHERE\s+(?P<condition>.+?)[\s;]*",
+    re.IGNORECASE | re.DOTALL)
+_NOT_A_ROW_FILTER = re.compile(r"\b(GROUP\s+BY|HAVING|UNION|LIMIT|ORDER\s+BY|FROM|JOIN)\b",
+                               re.IGNORECASE)
+
+
+class Failure(NamedTuple):
+    """One failed expectation, named as the contract names its rule."""
+
+    table: str
+    rule: str
+    severity: str
+    description: str
+    observed: str
+
+    @property
+    def ref(self) -> str:
+        return f"{self.table}.{self.rule}"
+
+
+@dataclass(frozen=True)
+class ExpectationsSummary:
+    """Outcome of one snapshot's checkpoint run.
+
+    ``success`` means no error-severity rule failed; failed warning rules are listed in
+    ``failures`` too but do not make the snapshot fail.
+    """
+
+    success: bool
+    evaluated: int
+    failures: list[Failure]
+    data_docs_index: Path
+    seconds: float
+
+    def lines(self) -> list[str]:
+        """Human-readable outcome, one line per failure."""
+        verdict = "passed" if self.success else "FAILED"
+        head = (f"expectations {verdict}: {self.evaluated} evaluated, {len(self.failures)} "
+                f"failed, {self.seconds:.1f} s; Data Docs {self.data_docs_index}")
+        return [head] + [f"  [{f.severity}] {f.ref}: {f.observed} ({f.description})"
+                         for f in self.failures]
+
+
+class UnsupportedRule(ValueError):
+    """A contract quality rule has no GX counterpart here; the message names the rule."""
+
+
+# --------------------------------------------------------------------------- suites
+
+
+def suite_name(table: str) -> str:
+    return f"{SUITE_PREFIX}{table}"
+
+
+def suite_for(contract: Contract) -> gx.ExpectationSuite:
+    """The table's expectation suite: exactly one expectation per contract quality rule.
+
+    Built in one go and not saved: ``add_expectation`` on a suite whose name is already
+    stored would write the whole suite back once per expectation.
+    """
+    return gx.ExpectationSuite(
+        name=suite_name(contract.table),
+        expectations=[expectation_for(contract, rule) for rule in contract.quality],
+        meta={"contract": contract.path.name, "contract_version": contract.version})
+
+
+def expectation_for(contract: Contract, rule: Mapping[str, Any]) -> gxe.Expectation:
+    """One contract rule as a GX expectation carrying the rule's name and severity."""
+    ref = f"{contract.table}.{rule['name']}"
+    if rule.get("severity") not in SEVERITIES:
+        raise UnsupportedRule(f"{ref}: severity {rule.get('severity')!r}")
+    common = {
+        "meta": {"rule": ref, "severity": rule["severity"],
+                 "description": rule["description"]},
+        # Shown in Data Docs; the rule name also keeps look-alike expectations distinct.
+        "description": f"{ref}: {rule['description']}",
+        "severity": SEVERITIES[rule["severity"]],
+    }
+    if rule.get("type") == "sql":
+        _require_zero(rule, ref)
+        query = offending_rows_query(rule["query"], contract.primary_key)
+        return gxe.UnexpectedRowsExpectation(unexpected_rows_query=query, **common)
+    return _library_expectation(contract, rule, ref, common)
+
+
+def _library_expectation(contract: Contract, rule: Mapping[str, Any], ref: str,
+                         common: dict[str, Any]) -> gxe.Expectation:
+    """ODCS library metrics -> the GX expectation measuring the same thing."""
+    metric, column = rule.get("metric"), rule.get("property")
+    arguments = rule.get("arguments") or {}
+    if metric == "rowCount":
+        return gxe.ExpectTableRowCountToBeBetween(**_row_count_bounds(rule, ref), **common)
+    _require_zero(rule, ref)
+    if metric == "duplicateValues":
+        columns = list(arguments.get("properties") or [column])
+        if len(columns) == 1:
+            return gxe.ExpectColumnValuesToBeUnique(column=columns[0], **common)
+        # "never": a key with nulls (load_state's commitlog row) is still a key.
+        return gxe.ExpectCompoundColumnsToBeUnique(column_list=columns, ignore_row_if="never",
+                                                   **common)
+    if column is None:
+        raise UnsupportedRule(f"{ref}: {metric} needs a column")
+    if metric == "nullValues":
+        return gxe.ExpectColumnValuesToNotBeNull(column=column, **common)
+    if metric == "invalidValues" and set(arguments) == {"validValues"}:
+        return gxe.ExpectColumnValuesToBeInSet(column=column, value_set=arguments["validValues"],
+                                               **common)
+    if metric == "invalidValues" and set(arguments) == {"pattern"}:
+        return gxe.ExpectColumnValuesToMatchRegex(column=column, regex=arguments["pattern"],
+                                                  **common)
+    raise UnsupportedRule(f"{ref}: metric {metric!r} with arguments {sorted(arguments)}")
+
+
+def _require_zero(rule: Mapping[str, Any], ref: str) -> None:
+    """Counting rules here must allow no offending row at all (``mustBe: 0``)."""
+    bounds = {key: value for key, value in rule.items() if key.startswith("must")}
+    if bounds != {"mustBe": 0} or rule.get("unit", "rows") != "rows":
+        raise UnsupportedRule(f"{ref}: only mustBe: 0 (rows) is supported, not {bounds}")
+
+
+def _row_count_bounds(rule: Mapping[str, Any], ref: str) -> dict[str, Any]:
+    """ODCS ``mustBe*`` on a row count -> ExpectTableRowCountToBeBetween's bounds."""
+    bounds = {key: value for key, value in rule.items() if key.startswith("must")}
+    if len(bounds) != 1:
+        raise UnsupportedRule(f"{ref}: expected one mustBe* bound, found {sorted(bounds)}")
+    (key, value), = bounds.items()
+    if key == "mustBe":
+        return {"min_value": value, "max_value": value}
+    if key == "mustBeBetween":
+        return {"min_value": value[0], "max_value": value[1]}
+    options = {
+        "mustBeGreaterThan": {"min_value": value, "strict_min": True},
+        "mustBeGreaterOrEqualTo": {"min_value": value},
+        "mustBeLessThan": {"max_value": value, "strict_max": True},
+        "mustBeLessOrEqualTo": {"max_value": value},
+    }
+    if key not in options:
+        raise UnsupportedRule(f"{ref}: {key} is not supported for rowCount")
+    return options[key]
+
+
+def offending_rows_query(query: str, key: Iterable[str]) -> str:
+    """A contract SQL rule (counts offending rows in ``{object}``) as the query
+    UnexpectedRowsExpectation runs (returns offending rows from ``{batch}``).
+
+    ``SELECT COUNT(*) FROM {object} WHERE c`` becomes ``SELECT <key> FROM {batch} WHERE c``,
+    so GX reports the number of offending rows and, on request, their keys. Any other
+    shape keeps its count and yields one row when the count is not 0. Literal braces are
+    doubled because GX substitutes ``{batch}`` with ``str.format``.
+    """
+    match = _COUNT_WHERE.fullmatch(query)
+    if match and not _NOT_A_ROW_FILTER.search(match["condition"]):
+        columns = ", ".join(map(quote_identifier, key)) or "*"
+        return f"SELECT {columns} FROM {{batch}} WHERE {_escape(match['condition'])}"
+    counted = _escape(query.strip().rstrip(";"))
+    return f"SELECT offending FROM ({counted}) AS counted(offending) WHERE offending <> 0"
+
+
+def _escape(sql: str) -> str:
+    return sql.replace("{", "{{").replace("}", "}}").replace("{{object}}", "{batch}")
+
+
+# --------------------------------------------------------------------------- batches
+
+
+def snapshot_rows(registry: Registry, table: str, broker: str, snapshot_id: str) -> DataFrame:
+    """The rows of ``table`` that belong to one broker snapshot.
+
+    Facts are appended once, by the snapshot that first saw them (``first_snapshot_id``);
+    state tables carry ``snapshot_id``; the BROKER_WIDE bookkeeping is keyed across
+    snapshots, so its batch is the whole broker.
+    """
+    frame = registry.read(table)
+    columns = set(frame.columns)
+    condition = F.col("broker") == broker if "broker" in columns else F.lit(True)
+    if table in BROKER_WIDE:
+        return frame.where(condition)
+    for column in ("first_snapshot_id", "snapshot_id"):
+        if column in columns:
+            return frame.where(condition & (F.col(column) == snapshot_id))
+    return frame.where(condition)
+
+
+# --------------------------------------------------------------------------- checkpoint
+
+
+class SnapshotCheckpoint(gx.Checkpoint):
+    """A Checkpoint whose validation definitions each validate their own dataframe.
+
+    ``run(batch_parameters=...)`` takes ``{validation definition name: DataFrame}``
+    instead of GX's one parameter set for all definitions (which would give every table
+    the same dataframe). Each dataframe is cached while its suite runs: GX computes its
+    metrics in several Spark jobs over the same rows.
+    """
+
+    def _run_validation_definitions(  # type: ignore[override]
+        self, batch_parameters: dict[str, Any], expectation_parameters: Any,
+        result_format: Any, run_id: RunIdentifier,
+    ) -> dict[Any, ExpectationSuiteValidationResult]:
+        results = {}
+        for definition in self.validation_definitions:
+            frame = batch_parameters[definition.name].cache()
+            try:
+                result = definition.run(
+                    checkpoint_id=self.id, batch_parameters={"dataframe": frame},
+                    expectation_parameters=expectation_parameters,
+                    result_format=result_format, run_id=run_id)
+            finally:
+                frame.unpersist()
+            key = self._build_result_key(validation_definition=definition, run_id=run_id,
+                                         batch_identifier=result.batch_id)
+            results[key] = result
+        return results
+
+
+class UpdateDataDocsOnce(UpdateDataDocsAction):
+    """UpdateDataDocsAction that renders all results of a run in one site build.
+
+    GX's action builds the site once per validation result, and every build also rebuilds
+    the index, which re-reads each result it lists: with one result per table that was
+    most of the Data Docs time. Same pages, one index build. (A new action ``type``: GX
+    registers action classes by type, so reading the stored checkpoint needs this module.)
+    """
+
+    type: Literal["rmq_update_data_docs"] = "rmq_update_data_docs"
+
+    def run(self, checkpoint_result: CheckpointResult,
+            action_context: ActionContext | None = None) -> dict:
+        keys = list(checkpoint_result.run_results)
+        suites = {ExpectationSuiteIdentifier(name=result.suite_name)
+                  for result in checkpoint_result.run_results.values()}
+        self._build_data_docs(site_names=self.site_names,
+                              resource_identifiers=[*keys, *sorted(suites, key=str)])
+        return {key: {site["site_name"]: site["site_url"] for site in self._get_docs_sites_urls(
+                    resource_identifier=key, site_names=self.site_names)}
+                for key in keys}
+
+
+def gx_context(gx_root: Path) -> AbstractDataContext:
+    """The file-backed GX project under ``gx_root`` (created on first use)."""
+    gx_root.mkdir(parents=True, exist_ok=True)
+    context = gx.get_context(mode="file", project_root_dir=gx_root)
+    if context.list_data_docs_sites().get(DOCS_SITE) != DOCS_SITE_CONFIG:
+        context.update_data_docs_site(DOCS_SITE, copy.deepcopy(DOCS_SITE_CONFIG))
+    bars = context.variables.progress_bars
+    if not isinstance(bars, ProgressBarsConfig) or bars.globally:
+        # A progress bar per suite only clutters job logs.
+        context.variables.progress_bars = ProgressBarsConfig(globally=False)
+        context.variables.save()
+    return context
+
+
+def _datasource(context: AbstractDataContext) -> SparkDatasource:
+    try:
+        return context.data_sources.get(DATASOURCE)
+    except KeyError:
+        # GX would persist every batch for good; SnapshotCheckpoint caches each one only
+        # while its suite runs.
+        return context.data_sources.add_spark(DATASOURCE, persist=False)
+
+
+def _batch_definition(datasource: SparkDatasource, table: str) -> Any:
+    """The table's dataframe asset and its whole-dataframe batch definition (kept)."""
+    try:
+        asset = datasource.get_asset(table)
+    except LookupError:
+        asset = datasource.add_dataframe_asset(table)
+    try:
+        return asset.get_batch_definition(BATCH_DEFINITION)
+    except KeyError:
+        return asset.add_batch_definition_whole_dataframe(BATCH_DEFINITION)
+
+
+def build_checkpoint(context: AbstractDataContext, registry: Registry) -> SnapshotCheckpoint:
+    """Suites, validation definitions and the checkpoint, regenerated from the contracts
+    (add_or_update: re-running replaces them, never duplicates them)."""
+    datasource = _datasource(context)
+    definitions = []
+    for name, table in registry.tables.items():
+        definition = gx.ValidationDefinition(
+            name=name, data=_batch_definition(datasource, name),
+            suite=suite_for(table.contract))
+        definitions.append(context.validation_definitions.add_or_update(definition))
+    checkpoint = SnapshotCheckpoint(
+        name=CHECKPOINT, validation_definitions=definitions,
+        actions=[UpdateDataDocsOnce(name="update_data_docs", site_names=[DOCS_SITE])],
+        # BASIC: counts and a sample of unexpected values; SUMMARY costs more Spark jobs.
+        result_format={"result_format": "BASIC"})
+    # The store hands back a plain Checkpoint on first add: keep ours, with the stored id.
+    checkpoint.id = context.checkpoints.add_or_update(checkpoint).id
+    return checkpoint
+
+
+def run_expectations(spark: SparkSession, registry: Registry, broker: str, snapshot_id: str,
+                     gx_root: Path) -> ExpectationsSummary:
+    """Validate one broker snapshot against every table's contract rules with GX.
+
+    Results go to the GX context at ``gx_root`` and its Data Docs; the summary names
+    every failed rule as ``<table>.<rule name>``.
+    """
+    started = time.monotonic()
+    context = gx_context(gx_root)
+    checkpoint = build_checkpoint(context, registry)
+    frames = {name: snapshot_rows(registry, name, broker, snapshot_id)
+              for name in registry.tables}
+    run_id = RunIdentifier(run_name=_run_name(broker, snapshot_id),
+                           run_time=dt.datetime.now(dt.UTC))
+    result = checkpoint.run(batch_parameters=frames, run_id=run_id)
+    return _summarize(result.run_results.values(), _docs_index(context),
+                      time.monotonic() - started)
+
+
+def _run_name(broker: str, snapshot_id: str) -> str:
+    """Run names become directory names and Data Docs links: keep them path- and URL-safe."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", f"{broker}.{snapshot_id}")
+
+
+def _docs_index(context: AbstractDataContext) -> Path:
+    url = context.get_docs_sites_urls(site_name=DOCS_SITE)[0]["site_url"]
+    return Path(unquote(urlparse(url).path))
+
+
+# --------------------------------------------------------------------------- results
+
+
+def _summarize(results: Iterable[ExpectationSuiteValidationResult], index: Path,
+               seconds: float) -> ExpectationsSummary:
+    evaluated, failures = 0, []
+    for suite_result in results:
+        for result in suite_result.results:
+            evaluated += 1
+            if not result.success:
+                failures.append(_failure(result))
+    success = not any(f.severity == "error" for f in failures)
+    return ExpectationsSummary(success, evaluated, failures, index, seconds)
+
+
+def _failure(result: ExpectationValidationResult) -> Failure:
+    meta = result.expectation_config.meta or {}
+    table, _, rule = str(meta.get("rule", "?.?")).partition(".")
+    return Failure(table, rule, str(meta.get("severity", "error")),
+                   str(meta.get("description", "")), observed_detail(result))
+
+
+def observed_detail(result: ExpectationValidationResult) -> str:
+    """What GX saw, in one line: an error, a count of unexpected rows, or a value."""
+    error = _exception_message(result.exception_info or {})
+    if error:
+        return f"error: {error}"
+    found = result.result or {}
+    if "unexpected_count" in found:
+        sample = found.get("partial_unexpected_list") or []
+        example = f", e.g. {sample[:5]!r}" if sample else ""
+        count = f"{found['unexpected_count']} of {found.get('element_count')} rows unexpected"
+        return count + example
+    return f"observed {found.get('observed_value')!r}"
+
+
+def _exception_message(info: Mapping[str, Any]) -> str | None:
+    """The first line of the error that made GX give up on an expectation, if any.
+
+    GX reports an expectation that raised flat, and a metric that raised (a broken query,
+    a missing column) as ``{metric id: info}``; either way the rule counts as failed.
+    """
+    for candidate in (info, *(v for v in info.values() if isinstance(v, Mapping))):
+        if candidate.get("raised_exception"):
+            lines = str(candidate.get("exception_message") or "").strip().splitlines()
+            return (lines[0] if lines else "unknown error")[:300]
+    return None

@@ -1,0 +1,168 @@
+"""Great Expectations suites from the data contracts, run on a real-broker store.
+
+One v5-clean load is shared by the module. The clean run must pass every error-severity
+rule; a copy of the warehouse is then damaged through Spark (a duplicate key, an invalid
+enum value, a negative count, plus bad rows of another broker that must not count) and the
+matching rules, and only those, must fail. Data Docs are opened in headless Chromium.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote
+
+import pytest
+from great_expectations.core import ExpectationValidationResult
+from lakehouse import load
+from pyspark.sql import functions as F
+
+from jobs.contracts import load_contracts
+from jobs.expectations import (
+    ExpectationsSummary,
+    gx_context,
+    observed_detail,
+    offending_rows_query,
+    run_expectations,
+    suite_for,
+    suite_name,
+)
+from jobs.tables import CONSUMER_OFFSETS, TOPICS, Registry
+
+pytestmark = [pytest.mark.spark, pytest.mark.broker]
+
+BROKER, SNAPSHOT = "b", "s1"
+# What the damage below breaks, as the contracts name the rules.
+BROKEN_RULES = {"consumer_offsets.pk_unique", "topics.queue_type_valid",
+                "topics.queue_nums_non_negative"}
+
+
+@dataclass(frozen=True)
+class Run:
+    registry: Registry
+    gx_root: Path
+    summary: ExpectationsSummary
+
+
+@pytest.fixture(scope="module")
+def clean(spark, broker_stores, tmp_path_factory) -> Run:  # type: ignore[no-untyped-def]
+    warehouse = tmp_path_factory.mktemp("expectations") / "wh"
+    registry, _ = load(spark, warehouse, BROKER, SNAPSHOT, broker_stores["v5-clean"] / "store")
+    gx_root = warehouse / "_gx"
+    summary = run_expectations(spark, registry, BROKER, SNAPSHOT, gx_root)
+    print(f"run_expectations on v5-clean: {summary.seconds:.1f} s")
+    return Run(registry, gx_root, summary)
+
+
+@pytest.fixture(scope="module")
+def damaged(spark, clean, tmp_path_factory) -> Run:  # type: ignore[no-untyped-def]
+    """A copy of the clean warehouse (GX project included) with broken rows appended."""
+    warehouse = tmp_path_factory.mktemp("damaged") / "wh"
+    shutil.copytree(clean.registry.warehouse, warehouse)
+    registry = Registry(spark, warehouse)
+    offsets = registry.read(CONSUMER_OFFSETS).where(F.col("snapshot_id") == SNAPSHOT).limit(1)
+    _append(registry, CONSUMER_OFFSETS, offsets)  # the same key twice
+    topic = registry.read(TOPICS).where(F.col("snapshot_id") == SNAPSHOT).limit(1)
+    _append(registry, TOPICS, topic.withColumns({
+        "topic": F.lit("damaged-topic"), "queue_type": F.lit("NoSuchCQ"),
+        "read_queue_nums": F.lit(-1)}))
+    # Another broker's bad rows are outside the batch: they must not count.
+    _append(registry, TOPICS, topic.withColumns({
+        "broker": F.lit("other"), "queue_type": F.lit("OtherBrokerCQ")}))
+    summary = run_expectations(spark, registry, BROKER, SNAPSHOT, warehouse / "_gx")
+    return Run(registry, warehouse / "_gx", summary)
+
+
+def _append(registry: Registry, table: str, rows) -> None:  # type: ignore[no-untyped-def]
+    rows.write.format("delta").mode("append").save(registry[table].location)
+
+
+def test_every_contract_rule_is_exactly_one_expectation(clean: Run) -> None:
+    contracts = load_contracts()
+    context = gx_context(clean.gx_root)
+    for name in clean.registry.tables:
+        contract = contracts[name]
+        expected = sorted(f"{name}.{rule['name']}" for rule in contract.quality)
+        for suite in (suite_for(contract), context.suites.get(suite_name(name))):
+            assert sorted(e.meta["rule"] for e in suite.expectations) == expected, name
+    total = sum(len(contracts[name].quality) for name in clean.registry.tables)
+    assert clean.summary.evaluated == total > 200
+
+
+def test_clean_load_passes_every_error_rule(clean: Run) -> None:
+    errors = [f for f in clean.summary.failures if f.severity == "error"]
+    assert errors == [], "\n".join(clean.summary.lines())
+    assert clean.summary.success
+    assert clean.summary.data_docs_index.is_file()
+
+
+def test_damage_fails_exactly_the_matching_rules(clean: Run, damaged: Run) -> None:
+    summary = damaged.summary
+    before = {f.ref for f in clean.summary.failures}
+    failed = {f.ref: f for f in summary.failures}
+    assert set(failed) - before == BROKEN_RULES, "\n".join(summary.lines())
+    assert not summary.success
+    assert all(failed[ref].severity == "error" and failed[ref].description
+               for ref in BROKEN_RULES)
+    # Observed details: counts of the snapshot's rows only, the bad value as an example.
+    assert failed["topics.queue_type_valid"].observed.startswith("1 of")
+    assert "NoSuchCQ" in failed["topics.queue_type_valid"].observed
+    assert "OtherBrokerCQ" not in failed["topics.queue_type_valid"].observed
+    assert failed["topics.queue_nums_non_negative"].observed == "observed 1"
+    assert failed["consumer_offsets.pk_unique"].observed.startswith("2 of")
+
+
+def test_rerun_updates_the_gx_project_instead_of_duplicating_it(clean: Run,
+                                                                damaged: Run) -> None:
+    """The damaged copy holds the clean run's project: a second run for the same snapshot."""
+    context = gx_context(damaged.gx_root)
+    tables = len(damaged.registry.tables)
+    assert len(context.suites.all()) == tables
+    assert len(context.validation_definitions.all()) == tables
+    assert [c.name for c in context.checkpoints.all()] == ["rmq_snapshot"]
+    results = context.validation_results_store.list_keys()
+    assert len(results) == 2 * tables  # both runs kept
+
+
+def test_data_docs_list_suites_and_link_to_results(damaged: Run, browser_page) -> None:  # type: ignore[no-untyped-def]
+    """The index's tables are drawn by CDN scripts (absent offline): read their data from
+    the page, then follow a result link; result pages are plain HTML."""
+    index = damaged.summary.data_docs_index
+    browser_page.goto(index.as_uri())
+    html = browser_page.content()
+    for table in ("messages", "consumer_offsets"):
+        assert f"'expectation_suite_name': '{suite_name(table)}'" in html
+    links = re.findall(r"'_table_row_link_path': '(validations/[^']+)'", html)
+    assert len(links) == 2 * len(damaged.registry.tables)
+    # The newest consumer_offsets result: the damaged run, which failed pk_unique.
+    link = max(x for x in links if x.startswith(f"validations/{suite_name('consumer_offsets')}"
+                                                .replace(".", "/")))
+    browser_page.goto((index.parent / unquote(link)).as_uri())
+    text = browser_page.inner_text("body")
+    assert suite_name(CONSUMER_OFFSETS) in text
+    assert "Failed" in text
+    assert "consumer_offsets.pk_unique" in text
+    assert "consumer_offsets.consumer_offset_min" in text
+
+
+def test_sql_rules_become_queries_over_the_batch() -> None:
+    key = ["broker", "offset"]
+    assert (offending_rows_query("SELECT COUNT(*) FROM {object}\nWHERE x < 0 AND y = '{'\n",
+                                 key)
+            == "SELECT `broker`, `offset` FROM {batch} WHERE x < 0 AND y = '{{'")
+    assert (offending_rows_query("SELECT COUNT(*) FROM {object} GROUP BY a", key)
+            == "SELECT offending FROM (SELECT COUNT(*) FROM {batch} GROUP BY a) "
+               "AS counted(offending) WHERE offending <> 0")
+
+
+def test_a_rule_that_cannot_run_is_reported_with_its_error() -> None:
+    """GX records a metric that raised (broken query, missing column) per metric id."""
+    info = {"MetricConfigurationID(...)": {"raised_exception": True, "exception_traceback": "",
+                                           "exception_message": "[UNRESOLVED_COLUMN] x\nmore"}}
+    result = ExpectationValidationResult(success=False, exception_info=info)
+    assert observed_detail(result) == "error: [UNRESOLVED_COLUMN] x"
+    counted = ExpectationValidationResult(success=False, result={
+        "unexpected_count": 2, "element_count": 9, "partial_unexpected_list": ["a", "b"]})
+    assert observed_detail(counted) == "2 of 9 rows unexpected, e.g. ['a', 'b']"
