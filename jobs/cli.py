@@ -1,12 +1,14 @@
 """``python -m jobs``: load a snapshot, run SQL, list the tables.
 
     python -m jobs load --broker NAME --snapshot-id ID STORE_DIR [--body-policy full|hash|none]
+    python -m jobs check --broker NAME --snapshot-id ID    # reconcile, expectations, report, alert
     python -m jobs sql "SELECT ... FROM rmq.messages"      # or: --saved NAME [-p key=value]
     python -m jobs sql --list                              # the saved queries
     python -m jobs tables                                  # tables, rows, locations
 
-Exit codes: 0 done, 2 bad command line, 3 refused or bad input (not a store, a store that
-went backwards, an unfinished earlier snapshot, an unknown query), 4 internal error.
+Exit codes: 0 done, 1 checked and an alert was raised (check only), 2 bad command line,
+3 refused or bad input (not a store, a store that went backwards, an unfinished earlier
+snapshot, a snapshot never loaded, an unknown query, a bad alerts config), 4 internal error.
 Errors are one line on stderr, never a traceback.
 """
 
@@ -19,7 +21,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
-EXIT_OK, EXIT_USAGE, EXIT_REFUSED, EXIT_INTERNAL = 0, 2, 3, 4
+EXIT_OK, EXIT_ALERT, EXIT_USAGE, EXIT_REFUSED, EXIT_INTERNAL = 0, 1, 2, 3, 4
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -43,6 +45,15 @@ def _parser() -> argparse.ArgumentParser:
     load.add_argument("--quiet", action="store_true", help="no progress lines")
     load.add_argument("--query", action="append", default=[], metavar="NAME",
                       help="after the load, show this saved query (no parameters)")
+
+    check = commands.add_parser("check", help="check a loaded snapshot: reconcile, Great "
+                                "Expectations, nightly report, alert")
+    check.add_argument("--broker", required=True, help="broker name")
+    check.add_argument("--snapshot-id", required=True, help="snapshot id (loaded before)")
+    check.add_argument("--alerts-config", type=Path, help="thresholds and channels "
+                       "(default config/alerts.yaml)")
+    check.add_argument("--output", type=Path, help="where Data Docs and reports go "
+                       "(default <warehouse>/_checks)")
 
     sql = commands.add_parser("sql", help="run SQL over the tables (rmq.<table>)")
     sql.add_argument("query", nargs="?", help="SQL text")
@@ -75,14 +86,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _refusals() -> tuple[type[BaseException], ...]:
+    from jobs.alerts import AlertConfigError
     from jobs.load import LoadRefusedError
     from jobs.plan import StoreWentBackwardsError
+    from jobs.snapshot_views import SnapshotNotLoadedError
     from jobs.sql import QueryError
     from jobs.tables import TableDriftError
     from rmqlib.errors import StoreError
 
     return (LoadRefusedError, StoreWentBackwardsError, QueryError, TableDriftError,
-            StoreError)
+            StoreError, SnapshotNotLoadedError, AlertConfigError)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -98,6 +111,8 @@ def _run(args: argparse.Namespace) -> int:
             warehouse=Path(args.warehouse).resolve() if args.warehouse else None)
         if args.command == "load":
             return _load(spark, args)
+        if args.command == "check":
+            return _check(spark, args)
         if args.command == "sql":
             return _sql(spark, args)
         return _tables(spark)
@@ -136,6 +151,18 @@ def _load(spark, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-de
         print(f"\nsaved query {name} (python -m jobs sql --saved {name}):")
         run_saved(spark, name).show(20, truncate=40)
     return EXIT_OK
+
+
+def _check(spark, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
+    from jobs.alerts import DEFAULT_CONFIG
+    from jobs.check import check_snapshot, format_outcome
+    from jobs.tables import Registry
+
+    outcome = check_snapshot(spark, Registry(spark), args.broker, args.snapshot_id,
+                             rules_path=args.alerts_config or DEFAULT_CONFIG,
+                             output=args.output)
+    print(format_outcome(outcome))
+    return EXIT_OK if outcome.alert is None else EXIT_ALERT
 
 
 def _sql(spark, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]

@@ -351,8 +351,7 @@ class SnapshotLoad:
         if not rows:
             rows = [(self.run_id, self.broker, self.snapshot_id, T.SNAPSHOTS, self.started_at,
                      0.0, 0, 0, 0, version, "skipped", "snapshot already loaded")]
-        self.frame(T.LOAD_RUNS, rows).write.format("delta").mode("append").save(
-            self.registry[T.LOAD_RUNS].location)
+        self.registry.append_rows(T.LOAD_RUNS, rows)
 
     # ---- the whole load
 

@@ -22,6 +22,7 @@ from rmqlib.batchconsumequeue import BCQ_UNIT_SIZE
 from rmqlib.commitlog import read_record_at, split_ranges
 from rmqlib.consumequeue import CQ_UNIT_SIZE, QueueDir, walk_queue_tree
 from rmqlib.errors import StoreError
+from rmqlib.fileio import has_nonzero_after
 from rmqlib.indexfile import list_index_files
 from rmqlib.segments import Segment, list_segments
 
@@ -145,6 +146,8 @@ def _plan_commitlog(plan: LoadPlan, mark: HighWaterMark | None, split_bytes: int
         if seg.start + seg.size <= start_from:
             continue
         begin = max(start_from - seg.start, 0)
+        if mark is not None and not has_nonzero_after(seg.path, begin):
+            continue  # only the preallocated zeros past the mark: nothing new to decode
         for lo, hi in split_ranges(seg.size - begin, split_bytes):
             if hi > lo:
                 rel = _rel(plan.store, seg.path)

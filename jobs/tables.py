@@ -132,9 +132,28 @@ class Registry:
         the driver with delta-rs: no Spark job, milliseconds instead of seconds."""
         from deltalake import DeltaTable as RustDeltaTable
 
-        table = self.ensure(names=False)[name]
+        table = self[name]
+        if not (Path(table.location) / "_delta_log").is_dir():
+            return []  # not created yet: no JVM round trips just to learn that
         filters = [(column, "=", value) for column, value in equal.items()] or None
         return RustDeltaTable(table.location).to_pyarrow_table(filters=filters).to_pylist()
+
+    def append_rows(self, name: str, rows: list[tuple]) -> None:
+        """Append a few bookkeeping rows with delta-rs (milliseconds, no Spark job).
+
+        Only for small append-only tables whose protocol delta-rs writes (the contracts'
+        tables use writer version 2); the schema is the contract's, so NOT NULL holds.
+        """
+        import pyarrow as pa
+        from deltalake import write_deltalake
+
+        table = self.ensure(names=False)[name]
+        schema = table.contract.arrow_schema()
+        columns = list(zip(*rows, strict=True)) if rows else [[] for _ in schema]
+        data = pa.Table.from_arrays(
+            [pa.array(list(values), field.type) for values, field in
+             zip(columns, schema, strict=True)], schema=schema)
+        write_deltalake(table.location, data, mode="append")
 
     def drift(self, name: str) -> list[str]:
         """Differences between the table on disk and its contract (empty when none)."""
