@@ -38,7 +38,8 @@ MODES = ("naive", "raw", "records", "arrow", "arrow-whole", "arrow-nocrc")
 # ----------------------------------------------------------------------------- data
 
 
-def _template_message(index: int, body_size: int):  # type: ignore[no-untyped-def]
+def _template_message(index: int, body_size: int,  # type: ignore[no-untyped-def]
+                      time_step_ms: int = 1):
     import rmq_encoder as E
 
     return E.Message(
@@ -49,7 +50,8 @@ def _template_message(index: int, body_size: int):  # type: ignore[no-untyped-de
                     ("UNIQ_KEY", f"0A0000011A2B00000000{index:012X}"),
                     ("CLUSTER", "DefaultCluster"), ("WAIT", "true")],
         queue_id=index % 4, queue_offset=index // 12,
-        born_timestamp=1_700_000_000_000 + index, store_timestamp=1_700_000_000_007 + index,
+        born_timestamp=1_700_000_000_000 + index * time_step_ms,
+        store_timestamp=1_700_000_000_007 + index * time_step_ms,
         trailing_separator=False,
     )
 
@@ -57,13 +59,15 @@ def _template_message(index: int, body_size: int):  # type: ignore[no-untyped-de
 class FastRecords:
     """Records made by the test encoder once per (topic, queue) template, then patched
     per message (offsets, timestamps, body, CRC, keys, id): same bytes as encoding each
-    message from scratch (checked on the first ones), 50x faster."""
+    message from scratch (checked on the first ones), 50x faster. Message ``i`` is born
+    and stored ``i * time_step_ms`` ms after the first (a larger step spans more days)."""
 
-    def __init__(self, body_size: int) -> None:
+    def __init__(self, body_size: int, time_step_ms: int = 1) -> None:
         import rmq_encoder as E
 
         self.E = E
         self.body_size = body_size
+        self.time_step_ms = time_step_ms
         self.templates = {}
         for index in range(12):
             built = E.build(_template_message(index, body_size), 0)
@@ -77,8 +81,8 @@ class FastRecords:
         struct.pack_into(">i", out, 8, zlib.crc32(body) & 0x7FFFFFFF)
         struct.pack_into(">q", out, 20, index // 12)
         struct.pack_into(">q", out, 28, physical_offset)
-        struct.pack_into(">q", out, 40, 1_700_000_000_000 + index)
-        struct.pack_into(">q", out, 56, 1_700_000_000_007 + index)
+        struct.pack_into(">q", out, 40, 1_700_000_000_000 + index * self.time_step_ms)
+        struct.pack_into(">q", out, 56, 1_700_000_000_007 + index * self.time_step_ms)
         out[88 : 88 + self.body_size] = body
         keys = f"order-{index:012d} user-{index % 97:04d}".encode()
         out[props_at + 5 : props_at + 5 + len(keys)] = keys
@@ -90,21 +94,27 @@ class FastRecords:
 
     def check(self, count: int) -> None:
         for index in range(count):
-            expected = self.E.encode(_template_message(index, self.body_size), index * 7)
+            expected = self.E.encode(
+                _template_message(index, self.body_size, self.time_step_ms), index * 7)
             assert self.record(index, index * 7) == expected, f"template patch differs {index}"
 
 
-def generate(directory: Path, body_size: int, size: int, segment_size: int) -> int:
+def generate(directory: Path, body_size: int, size: int, segment_size: int, *,
+             time_step_ms: int = 1, marker: Path | None = None) -> int:
     """Segments of ``segment_size`` filled the broker's way until ``size`` bytes; returns
-    the record count. Cached: reused when the marker file matches."""
-    marker = directory / "DONE.json"
+    the record count. Cached: reused when the marker file (default ``DONE.json`` in
+    ``directory``; put it elsewhere when ``directory`` is a store's ``commitlog/``)
+    matches."""
+    marker = marker or directory / "DONE.json"
     wanted = {"body_size": body_size, "size": size, "segment": segment_size, "v": 1}
+    if time_step_ms != 1:
+        wanted["time_step_ms"] = time_step_ms
     if marker.exists() and json.loads(marker.read_text()).get("params") == wanted:
         return json.loads(marker.read_text())["records"]
     directory.mkdir(parents=True, exist_ok=True)
     for old in directory.iterdir():
         old.unlink()
-    maker = FastRecords(body_size)
+    maker = FastRecords(body_size, time_step_ms)
     maker.check(200)
     index = 0
     for start in range(0, size, segment_size):

@@ -1,0 +1,39 @@
+"""Bench-only patches of the executors' decode code, for experiments (bench/load_delta.py).
+
+``bench/load_delta.py`` puts this directory first on ``PYTHONPATH`` of a benchmark child
+*only* for variants that set ``RMQ_BENCH_PATCH``; Spark's Python workers inherit the
+environment, so the patch applies where the decoding runs without editing ``jobs/``.
+Comma-separated items:
+
+* ``nosha``      ``body_sha256`` becomes null (what the per-body sha256 costs)
+* ``batch=N``    rmqlib's Arrow scan yields batches of N rows (default 16384)
+
+Without ``RMQ_BENCH_PATCH`` this module does nothing.
+"""
+
+from __future__ import annotations
+
+import os
+
+_SPEC = os.environ.get("RMQ_BENCH_PATCH", "")
+
+
+def _apply(spec: str) -> None:
+    import functools
+
+    import pyarrow as pa
+
+    from jobs import decode_tasks
+
+    for item in filter(None, spec.split(",")):
+        if item == "nosha":
+            decode_tasks.sha256_hex = lambda values: pa.nulls(len(values), pa.string())
+        elif item.startswith("batch="):
+            decode_tasks.scan_segment_arrow = functools.partial(
+                decode_tasks.scan_segment_arrow, batch_size=int(item.split("=", 1)[1]))
+        else:
+            raise ValueError(f"unknown RMQ_BENCH_PATCH item {item!r}")
+
+
+if _SPEC:
+    _apply(_SPEC)
