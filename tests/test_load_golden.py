@@ -194,8 +194,8 @@ def test_snapshot_row_describes_the_store(golden, broker_stores, variant):  # ty
     assert row.file_count > 0 and row.total_bytes > 0
     # A killed broker may not have flushed a physic time yet (seen on 4.9.7): 0 -> null.
     physic = read_checkpoint(broker_stores[variant] / "store" / "checkpoint").physic_msg_timestamp
-    assert row.checkpoint_physic_msg_time == (
-        datetime.fromtimestamp(physic / 1000, tz=UTC) if physic else None)
+    loaded = row.checkpoint_physic_msg_time
+    assert (ms(loaded) if loaded else None) == (physic or None)
     if "clean" in variant:
         assert row.checkpoint_physic_msg_time is not None
 
