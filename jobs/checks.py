@@ -58,17 +58,6 @@ class Check:
             abort="true" if scope.abort_present else "false")
 
 
-# Units joined with the records they point at, and what each should be.
-UNIT_VS_RECORD = """
-    SELECT u.topic, u.queue_id, u.queue_offset, u.commitlog_offset, u.size, u.tags_code,
-           u.kind, m.physical_offset IS NULL AS missing,
-           left(u.topic, 5) = '%LMQ%' AS lmq,
-           m.total_size, m.topic AS record_topic, m.queue_id AS record_queue_id,
-           m.queue_offset AS record_queue_offset, m.store_time,
-           rmq_tags_code(m.tags) AS record_tags_code
-    FROM rc_units u LEFT JOIN rc_msg m ON m.physical_offset = u.commitlog_offset
-    WHERE u.commitlog_offset < {cl_max}"""
-
 CHECKS: tuple[Check, ...] = (
     Check("cq_unit_without_record", "§8.7", """
         SELECT '{name}' AS check_name, 'error' AS severity, {queue_scope} AS scope,
@@ -79,7 +68,7 @@ CHECKS: tuple[Check, ...] = (
                    AS observed,
                {samples_q} AS sample_offsets,
                {explanation} AS explanation
-        FROM (""" + UNIT_VS_RECORD + """) f WHERE f.missing
+        FROM rc_unit_vs_record f WHERE f.missing
         GROUP BY f.topic, f.queue_id""",
         (
           "consume-queue units pointing nowhere: the commitlog lost or damaged these records "
@@ -103,7 +92,7 @@ CHECKS: tuple[Check, ...] = (
                           ' tagsCode')) AS observed,
                {samples_q} AS sample_offsets,
                {explanation} AS explanation
-        FROM (""" + UNIT_VS_RECORD + """) f
+        FROM rc_unit_vs_record f
         WHERE NOT f.missing AND (f.size <> f.total_size
            OR (NOT f.lmq AND (f.record_topic <> f.topic OR f.record_queue_id <> f.queue_id
                               OR f.record_queue_offset <> f.queue_offset))
@@ -125,7 +114,7 @@ CHECKS: tuple[Check, ...] = (
                {samples_q} AS sample_offsets,
                {explanation} AS explanation
         FROM (SELECT *, tags_code - unix_millis(store_time) AS delay_ms
-              FROM (""" + UNIT_VS_RECORD + """) WHERE topic = 'SCHEDULE_TOPIC_XXXX'
+              FROM rc_unit_vs_record WHERE topic = 'SCHEDULE_TOPIC_XXXX'
                 AND NOT missing) f
         GROUP BY f.topic, f.queue_id
         HAVING count(DISTINCT f.delay_ms) > 1 OR min(f.delay_ms) < 0""",
@@ -482,8 +471,19 @@ CHECKS: tuple[Check, ...] = (
         )),
 )
 
-# Derived views the checks share (created by jobs.reconcile after jobs.lag's rc_lag).
+# Derived views the checks share (created and cached by jobs.reconcile after jobs.lag's
+# rc_lag): each is computed once although several checks read it.
 DERIVED_VIEWS = {
+    # units joined with the records they point at, and what each should be
+    "rc_unit_vs_record": """
+    SELECT u.topic, u.queue_id, u.queue_offset, u.commitlog_offset, u.size, u.tags_code,
+           u.kind, m.physical_offset IS NULL AS missing,
+           left(u.topic, 5) = '%LMQ%' AS lmq,
+           m.total_size, m.topic AS record_topic, m.queue_id AS record_queue_id,
+           m.queue_offset AS record_queue_offset, m.store_time,
+           rmq_tags_code(m.tags) AS record_tags_code
+    FROM rc_units u LEFT JOIN rc_msg m ON m.physical_offset = u.commitlog_offset
+    WHERE u.commitlog_offset < {cl_max}""",
     # dispatchable records without a unit in their queue; at_tail: past the dispatch point
     "rc_undispatched": """
         SELECT m.topic, m.queue_id, m.physical_offset, m.total_size,
@@ -493,6 +493,12 @@ DERIVED_VIEWS = {
         LEFT ANTI JOIN rc_units u ON u.topic = m.topic AND u.queue_id = m.queue_id
                                  AND u.commitlog_offset = m.physical_offset
         WHERE m.transaction_type IN ('NOT', 'COMMIT')""",
+    # the records up to the newest the index files hold (none without index files):
+    # older ones must be indexed too, newer ones may still wait for the index dispatcher
+    "rc_indexed": """
+        SELECT m.* FROM rc_msg m
+        JOIN (SELECT max(commitlog_offset) AS high FROM rc_idx) r
+          ON m.physical_offset <= r.high""",
     # every key the broker indexes for a record: each KEYS entry and the UNIQ_KEY (§5),
     # and from 5.5.0 topic#T#TAGS (found in real 5.5.0 stores, rmqlib.indexfile);
     # ROLLBACK records are not indexed
@@ -502,8 +508,8 @@ DERIVED_VIEWS = {
                      explode(array_distinct(filter(
                          concat(keys, array(uniq_key)),
                          k -> k IS NOT NULL AND k <> ''))) AS key
-              FROM rc_msg WHERE transaction_type <> 'ROLLBACK'
+              FROM rc_indexed WHERE transaction_type <> 'ROLLBACK'
               UNION ALL
               SELECT physical_offset, topic, true AS is_tag, concat('T#', tags) AS key
-              FROM rc_msg WHERE transaction_type <> 'ROLLBACK' AND tags <> '')""",
+              FROM rc_indexed WHERE transaction_type <> 'ROLLBACK' AND tags <> '')""",
 }

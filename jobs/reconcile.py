@@ -59,14 +59,19 @@ def reconcile_snapshot(spark: SparkSession, registry: Registry, broker: str,
     create_views(spark, registry, scope)
     lag = consumer_lag(spark, scope).localCheckpoint()  # computed once, used twice
     lag.createOrReplaceTempView("rc_lag")
+    derived = []
     for name, query in DERIVED_VIEWS.items():
-        spark.sql(query).createOrReplaceTempView(name)
+        frame = spark.sql(query.format(cl_max=scope.commitlog_max_offset)).persist()
+        frame.createOrReplaceTempView(name)
+        derived.append(frame)
     where = f"broker = {scope.broker_sql} AND snapshot_id = {scope.snapshot_sql}"
     lag_table, results_table = registry[T.CONSUMER_LAG], registry[T.CHECK_RESULTS]
     replace_where(_conform(lag, lag_table), lag_table.location, where)
     replace_where(_conform(findings(spark, scope), results_table), results_table.location,
                   where)
     drop_views(spark)
+    for frame in [lag, *derived]:
+        frame.unpersist()
     summary = ReconcileSummary(broker, snapshot_id)
     written = registry.read_rows(T.CHECK_RESULTS, broker=broker, snapshot_id=snapshot_id)
     for row in written:
