@@ -139,10 +139,6 @@ def test_killed_driver_then_rerun_gives_the_same_tables(spark, broker_stores, tm
     assert reference is not None
 
 
-def _cut_in_header(record, data: bytes) -> int:  # type: ignore[no-untyped-def]
-    return 20  # inside QUEUEOFFSET/PHYSICALOFFSET: the frame itself is broken
-
-
 def _cut_in_body(record, data: bytes) -> int:  # type: ignore[no-untyped-def]
     return data.index(record.body) + len(record.body) // 2  # frame intact, BODYCRC fails
 
@@ -151,8 +147,10 @@ def _cut_last_byte(record, data: bytes) -> int:  # type: ignore[no-untyped-def]
     return record.total_size - 1  # frame and BODYCRC intact, properties end in a zero
 
 
-@pytest.mark.parametrize("cut", [_cut_in_header, _cut_in_body, _cut_last_byte],
-                         ids=["header", "body", "last-byte"])
+# (A cut inside the header breaks the frame itself: rmqlib's walker reports a torn tail,
+# tested in test_commitlog.py and test_commitlog_ranges.py; the load quarantines what the
+# walker reports, test_quarantine_holds_exactly_the_unreadable_regions.)
+@pytest.mark.parametrize("cut", [_cut_in_body, _cut_last_byte], ids=["body", "last-byte"])
 def test_torn_tail_is_read_again_by_the_next_snapshot(spark, broker_stores, tmp_path, cut):  # type: ignore[no-untyped-def]
     """Snapshot 1 ends inside a record (a copy taken while the broker wrote); snapshot 2
     has the whole record: the high-water mark stopped before the torn bytes."""
