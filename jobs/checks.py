@@ -27,6 +27,9 @@ BUILTIN_GROUPS = ("CID_ONS-HTTP-PROXY", "CID_ONSAPI_OWNER", "CID_ONSAPI_PERMISSI
 
 # Broker-internal topics: 4.9.x keeps some (RMQ_SYS_TRANS_OP_HALF_TOPIC) out of topics.json.
 SYSTEM_TOPIC = "({t} = 'SCHEDULE_TOPIC_XXXX' OR lower(left({t}, 8)) = 'rmq_sys_')"
+# The scope columns of a finding about the broker or a file: no topic, queue or group.
+NO_SCOPE = ("CAST(NULL AS STRING) AS topic, CAST(NULL AS INT) AS queue_id, "
+            "CAST(NULL AS STRING) AS group_name")
 QUEUE_SCOPE = "concat('topic=', {t}.topic, ' queue=', {t}.queue_id)"
 GROUP_QUEUE_SCOPE = ("concat('group=', {t}.group_name, ' topic=', {t}.topic, ' queue=', "
                      "{t}.queue_id)")
@@ -51,7 +54,7 @@ class Check:
             samples_cl=SAMPLES.format(c="f.commitlog_offset"),
             samples_pos=SAMPLES.format(c="f.physical_offset"),
             builtin=", ".join(f"'{g}'" for g in BUILTIN_GROUPS),
-            system_topic=SYSTEM_TOPIC.format(t="f.topic"),
+            system_topic=SYSTEM_TOPIC.format(t="f.topic"), no_scope=NO_SCOPE,
             group_queue_scope=GROUP_QUEUE_SCOPE.format(t="f"),
             checkpoint=(f"TIMESTAMP '{scope.checkpoint_physic_msg_time.isoformat(sep=' ')}'"
                         if scope.checkpoint_physic_msg_time else "CAST(NULL AS TIMESTAMP)"),
@@ -139,8 +142,7 @@ CHECKS: tuple[Check, ...] = (
         )),
     Check("dispatch_lag", "§8 recovery", """
         SELECT '{name}' AS check_name, 'info' AS severity, 'broker' AS scope,
-               CAST(NULL AS STRING) AS topic, CAST(NULL AS INT) AS queue_id,
-               CAST(NULL AS STRING) AS group_name, count(*) AS affected,
+               {no_scope}, count(*) AS affected,
                'consume queues reach the end of the commitlog' AS expected,
                concat(count(*), ' record(s), ', sum(f.total_size),
                       ' bytes past the last dispatched record') AS observed,
@@ -153,8 +155,7 @@ CHECKS: tuple[Check, ...] = (
         )),
     Check("transaction_records_excluded", "§3", """
         SELECT '{name}' AS check_name, 'info' AS severity, 'broker' AS scope,
-               CAST(NULL AS STRING) AS topic, CAST(NULL AS INT) AS queue_id,
-               CAST(NULL AS STRING) AS group_name, count(*) AS affected,
+               {no_scope}, count(*) AS affected,
                'PREPARED and ROLLBACK records are never dispatched' AS expected,
                concat(count(*), ' PREPARED/ROLLBACK record(s) excluded from the queue checks')
                    AS observed,
@@ -331,8 +332,7 @@ CHECKS: tuple[Check, ...] = (
         )),
     Check("index_entry_without_record", "§8.11", """
         SELECT '{name}' AS check_name, 'error' AS severity,
-               concat('file=index/', f.index_file) AS scope, CAST(NULL AS STRING) AS topic,
-               CAST(NULL AS INT) AS queue_id, CAST(NULL AS STRING) AS group_name,
+               concat('file=index/', f.index_file) AS scope, {no_scope},
                count(*) AS affected, 'every index entry points at a record' AS expected,
                concat(count(*), ' entries point where no record starts') AS observed,
                {samples_cl} AS sample_offsets,
@@ -346,8 +346,7 @@ CHECKS: tuple[Check, ...] = (
         )),
     Check("index_entry_key_mismatch", "§5, §8.11", """
         SELECT '{name}' AS check_name, 'error' AS severity,
-               concat('file=index/', f.index_file) AS scope, CAST(NULL AS STRING) AS topic,
-               CAST(NULL AS INT) AS queue_id, CAST(NULL AS STRING) AS group_name,
+               concat('file=index/', f.index_file) AS scope, {no_scope},
                count(*) AS affected,
                'keyHash = hash(topic#key) of a key or the UNIQ_KEY of the record' AS expected,
                concat(count(*), ' entries whose hash matches no key of their record')
@@ -365,8 +364,7 @@ CHECKS: tuple[Check, ...] = (
         )),
     Check("record_without_index_entry", "§5, §8.11", """
         SELECT '{name}' AS check_name, 'warning' AS severity, 'broker' AS scope,
-               CAST(NULL AS STRING) AS topic, CAST(NULL AS INT) AS queue_id,
-               CAST(NULL AS STRING) AS group_name, count(DISTINCT f.physical_offset) AS affected,
+               {no_scope}, count(DISTINCT f.physical_offset) AS affected,
                'every key and UNIQ_KEY of a record up to the index''s newest entry is indexed'
                    AS expected,
                concat(count(DISTINCT f.physical_offset), ' record(s) with ', count(*),
@@ -384,8 +382,7 @@ CHECKS: tuple[Check, ...] = (
         )),
     Check("crc_failure", "§2.4, §8.4", """
         SELECT '{name}' AS check_name, 'error' AS severity,
-               concat('file=', f.source_file) AS scope, CAST(NULL AS STRING) AS topic,
-               CAST(NULL AS INT) AS queue_id, CAST(NULL AS STRING) AS group_name,
+               concat('file=', f.source_file) AS scope, {no_scope},
                count(*) AS affected, 'BODYCRC (and the CRC32 property) match' AS expected,
                concat(count(*), ' record(s) fail their CRC') AS observed,
                {samples_pos} AS sample_offsets,
@@ -398,8 +395,7 @@ CHECKS: tuple[Check, ...] = (
         )),
     Check("torn_tail", "§2.2, §8.3", """
         SELECT '{name}' AS check_name, 'warning' AS severity, concat('file=', f.file) AS scope,
-               CAST(NULL AS STRING) AS topic, CAST(NULL AS INT) AS queue_id,
-               CAST(NULL AS STRING) AS group_name, sum(f.length) AS affected,
+               {no_scope}, sum(f.length) AS affected,
                'written data ends with a whole record' AS expected,
                concat(count(*), ' region(s), ', sum(f.length), ' byte(s) cut at the end')
                    AS observed,
@@ -410,8 +406,7 @@ CHECKS: tuple[Check, ...] = (
          "crash): it is read again from the next snapshot; file positions listed")),
     Check("quarantined_region", "§2.2, §8.2", """
         SELECT '{name}' AS check_name, 'error' AS severity, concat('file=', f.file) AS scope,
-               CAST(NULL AS STRING) AS topic, CAST(NULL AS INT) AS queue_id,
-               CAST(NULL AS STRING) AS group_name, sum(f.length) AS affected,
+               {no_scope}, sum(f.length) AS affected,
                'every byte decodes' AS expected,
                concat(count(*), ' region(s), ', sum(f.length), ' byte(s): ',
                       substring(first(f.reason), 1, 160)) AS observed,
@@ -422,8 +417,7 @@ CHECKS: tuple[Check, ...] = (
          "are missing from the tables; file positions listed")),
     Check("unclean_shutdown", "§6.2", """
         SELECT '{name}' AS check_name, 'warning' AS severity, 'broker' AS scope,
-               CAST(NULL AS STRING) AS topic, CAST(NULL AS INT) AS queue_id,
-               CAST(NULL AS STRING) AS group_name, 1 AS affected,
+               {no_scope}, 1 AS affected,
                'no abort file (clean shutdown)' AS expected, 'abort file present' AS observed,
                CAST(array() AS ARRAY<BIGINT>) AS sample_offsets,
                {explanation} AS explanation
@@ -434,8 +428,7 @@ CHECKS: tuple[Check, ...] = (
         )),
     Check("checkpoint_ahead_of_data", "§6.1, §8 recovery", """
         SELECT '{name}' AS check_name, 'error' AS severity, 'broker' AS scope,
-               CAST(NULL AS STRING) AS topic, CAST(NULL AS INT) AS queue_id,
-               CAST(NULL AS STRING) AS group_name,
+               {no_scope},
                CAST(greatest(1, (unix_millis({checkpoint}) - unix_millis(max(f.store_time)))
                             DIV 1000) AS BIGINT) AS affected,
                concat('newest record stored at or after the checkpoint time ', {checkpoint})
