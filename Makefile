@@ -12,10 +12,14 @@ STORE_CACHE ?= $(or $(RMQ_STORE_CACHE),.cache/stores)
 # The store `make run` reads: RMQ_STORE if set, else the embedded default built by the
 # real-broker harness (5.x, clean shutdown).
 RUN_STORE   ?= $(or $(RMQ_STORE),$(STORE_CACHE)/v5-clean/store)
-# Broker name and snapshot id of `make run`: one snapshot per UTC day, so a second run on
-# the same day shows the idempotent skip.
+# Broker name and logical date of `make run`: one DAG run (and snapshot) per UTC day, so a
+# second run on the same day shows the idempotent skip.
 RUN_BROKER  ?= $(or $(RMQ_BROKER),broker-a)
-RUN_SNAPSHOT ?= $(shell date -u +%F)
+RUN_DATE    ?= $(shell date -u +%F)
+
+# Recipes run in bash with pipefail: a failing DAG run fails `make run` through its filter.
+SHELL       := /bin/bash
+.SHELLFLAGS := -o pipefail -c
 
 .PHONY: setup run test lint lock jars stores default-store clean check-tools browser
 
@@ -48,12 +52,30 @@ stores: $(INSTALLED)
 default-store: $(INSTALLED)
 	@if [ -z "$(RMQ_STORE)" ]; then $(PY) tests/broker_harness/stores.py --variants v5-clean; fi
 
-## run: set up, then run the main job end to end on the embedded default store:
-## load the snapshot into the Delta tables (.cache/warehouse) and show a saved query.
-## Until the Airflow DAG exists this is the main job.
-run: setup default-store
-	$(PY) -m jobs load --broker $(RUN_BROKER) --snapshot-id $(RUN_SNAPSHOT) \
-		--query volume_per_topic_hour $(RUN_STORE)
+# Airflow for `make run`: its own home and SQLite DB under .cache/airflow, dags/ as the DAG
+# folder, the broker given as the rmq_brokers Variable (AIRFLOW_VAR_*), no example DAGs.
+AIRFLOW_HOME_DIR := $(CURDIR)/.cache/airflow
+AIRFLOW_DB  := $(AIRFLOW_HOME_DIR)/airflow.db
+AIRFLOW_ENV := AIRFLOW_HOME=$(AIRFLOW_HOME_DIR) AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags \
+	AIRFLOW__CORE__LOAD_EXAMPLES=False \
+	AIRFLOW_VAR_RMQ_BROKERS='[{"name": "$(RUN_BROKER)", "store": "$(abspath $(RUN_STORE))"}]'
+AIRFLOW     := $(AIRFLOW_ENV) $(VENV)/bin/airflow
+
+## run: set up, then run the pipeline end to end on the embedded default store: the Airflow
+## DAG rmq_nightly (`airflow dags test`, SQLite metadata DB, local Spark) snapshots the store,
+## loads it into the Delta tables (.cache/warehouse), checks it and records the alert; then
+## the run's summary. The full Airflow log is in .cache/logs/rmq_nightly-<date>.log.
+run: setup default-store $(AIRFLOW_DB)
+	@mkdir -p .cache/logs
+	@echo "airflow dags test rmq_nightly $(RUN_DATE): broker $(RUN_BROKER) at $(RUN_STORE)"
+	$(AIRFLOW) dags test rmq_nightly $(RUN_DATE) 2>&1 | tee .cache/logs/rmq_nightly-$(RUN_DATE).log \
+		| grep --line-buffered -E '\[DAG TEST\] (starting|end) task|\[jobs\.|\[notifiers\]|\[rmq_nightly\]|\[error|DagRun Finished' \
+		| sed -u -E 's/^[0-9-]+T([0-9:]+)\.[0-9]+Z \[([a-z]+) *\] /\1 \2 /; s/ +\[[A-Za-z_.]+\] loc=.*$$//; s/ map_index=-1//'
+	$(AIRFLOW_ENV) $(PY) -m jobs summary --snapshot-id $(RUN_DATE)T0000Z --broker $(RUN_BROKER)
+
+$(AIRFLOW_DB): $(INSTALLED)
+	@mkdir -p $(AIRFLOW_HOME_DIR)
+	$(AIRFLOW) db migrate >/dev/null
 
 ## browser: Debian's Chromium for the tests that open the HTML reports (playwright drives
 ## it; nothing downloads a browser of its own). Installs only when missing (needs root).

@@ -548,6 +548,21 @@ def previous_delivery(registry: Registry, broker: str, snapshot_id: str) -> dict
     return dict(delivery.items() if isinstance(delivery, Mapping) else delivery)
 
 
+def recorded_alert(registry: Registry, broker: str,
+                   snapshot_id: str) -> tuple[Alert, dict[str, str]] | None:
+    """The snapshot's recorded alert and its delivery map, or None: what the DAG's alert
+    task delivers (the check job recorded it with every channel "pending")."""
+    from jobs import tables as T
+
+    rows = registry.read_rows(T.ALERTS, broker=broker, snapshot_id=snapshot_id)
+    if not rows:
+        return None
+    row = rows[0]
+    alert = Alert(row["broker"], row["snapshot_id"], row["raised_at"], row["severity"],
+                  row["title"], tuple(row["findings"] or ()), row["report_url"])
+    return alert, previous_delivery(registry, broker, snapshot_id) or {}
+
+
 def already_delivered(registry: Registry, broker: str, snapshot_id: str) -> bool:
     """True when the snapshot's alert is recorded and every channel said "sent".
 

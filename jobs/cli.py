@@ -5,6 +5,7 @@
     python -m jobs sql "SELECT ... FROM rmq.messages"      # or: --saved NAME [-p key=value]
     python -m jobs sql --list                              # the saved queries
     python -m jobs tables                                  # tables, rows, locations
+    python -m jobs summary --snapshot-id ID [--broker NAME] # after a DAG run (no Spark)
 
 Exit codes: 0 done, 1 checked and an alert was raised (check only), 2 bad command line,
 3 refused or bad input (not a store, a store that went backwards, an unfinished earlier
@@ -64,6 +65,14 @@ def _parser() -> argparse.ArgumentParser:
     sql.add_argument("--limit", type=int, default=50, help="rows to print (default 50)")
 
     commands.add_parser("tables", help="list the tables with their row counts")
+
+    summary = commands.add_parser("summary", help="what a pipeline run left: tables, checks, "
+                                  "lag, alerts (read without Spark)")
+    summary.add_argument("--snapshot-id", required=True, help="the run's snapshot id")
+    summary.add_argument("--broker", action="append", default=[],
+                         help="broker (default: every broker of the pipeline config)")
+    summary.add_argument("--config", type=Path, help="pipeline config (default "
+                         "RMQ_PIPELINE_CONFIG or config/pipeline.yaml)")
     return parser
 
 
@@ -79,10 +88,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("error: give either SQL text or --saved NAME", file=sys.stderr)
         return EXIT_USAGE
     try:
-        return _run(args)
+        return _summary(args) if args.command == "summary" else _run(args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERNAL
+
+
+def _summary(args: argparse.Namespace) -> int:
+    from jobs.pipeline_config import PipelineConfigError, load_config
+    from jobs.run_summary import format_run_summary
+
+    try:
+        config = load_config(args.config)
+    except PipelineConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_REFUSED
+    if args.warehouse:
+        from dataclasses import replace
+
+        config = replace(config, warehouse=Path(args.warehouse).resolve())
+    brokers = args.broker or [b.name for b in config.brokers]
+    print("\n\n".join(format_run_summary(config, broker, args.snapshot_id)
+                      for broker in brokers))
+    return EXIT_OK
 
 
 def _refusals() -> tuple[type[BaseException], ...]:

@@ -143,12 +143,17 @@ def write_report(spark: SparkSession, registry: Registry, broker: str, snapshot_
     if current is None:
         raise ValueError(f"snapshot {snapshot_id!r} of broker {broker!r} is not loaded")
     data = collect_report_data(spark, registry, broker, current)
-    page_dir = Path(out_dir) / broker
-    page = page_dir / f"{snapshot_id}.html"
+    page = report_path(out_dir, broker, snapshot_id)
+    page_dir = page.parent
     docs_href = _relative_href(data_docs_index, page_dir) if data_docs_index else None
     _write_atomically(page, render_page(data, docs_href))
     write_index(spark, registry, broker, out_dir, snapshots)
     return page
+
+
+def report_path(out_dir: Path, broker: str, snapshot_id: str) -> Path:
+    """Where the snapshot's page is (or will be) written."""
+    return Path(out_dir) / broker / f"{snapshot_id}.html"
 
 
 def write_index(spark: SparkSession, registry: Registry, broker: str, out_dir: Path,

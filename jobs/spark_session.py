@@ -30,8 +30,6 @@ BASE_CONF: dict[str, str] = {
     # Driver runs the executors in local mode: 4 GiB leaves most of 24 GiB to the OS,
     # Python workers and the page cache that decoding relies on.
     "spark.driver.memory": "4g",
-    "spark.driver.host": "127.0.0.1",
-    "spark.driver.bindAddress": "127.0.0.1",
     # Small data on 2 cores: a few partitions beat the default 200 by far.
     "spark.sql.shuffle.partitions": "4",
     "spark.default.parallelism": "4",
@@ -61,7 +59,7 @@ def build_spark_session(
     # numpy), not whatever "python3" is first on PATH; pyspark reads the variable.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # Keep the driver on loopback instead of the host's first interface address.
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("SPARK_LOCAL_IP", os.environ.get("RMQ_SPARK_DRIVER_BIND", "127.0.0.1"))
     warehouse = warehouse or Path(os.environ.get("RMQ_WAREHOUSE", DEFAULT_WAREHOUSE))
     log_file = Path(os.environ.get("RMQ_SPARK_LOG_FILE", DEFAULT_LOG_FILE))
     log_file.parent.mkdir(parents=True, exist_ok=True)
@@ -85,7 +83,11 @@ def build_spark_session(
         .config("spark.executor.extraJavaOptions", java_options)
         .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
     )
-    for key, value in {**BASE_CONF, **(extra_conf or {})}.items():
+    # The driver listens on loopback unless executors on other hosts must reach it
+    # (docker-compose: RMQ_SPARK_DRIVER_HOST=<the Airflow container's name>, bind 0.0.0.0).
+    driver = {"spark.driver.host": os.environ.get("RMQ_SPARK_DRIVER_HOST", "127.0.0.1"),
+              "spark.driver.bindAddress": os.environ.get("RMQ_SPARK_DRIVER_BIND", "127.0.0.1")}
+    for key, value in {**BASE_CONF, **driver, **(extra_conf or {})}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(os.environ.get("RMQ_SPARK_LOG_LEVEL", "WARN"))

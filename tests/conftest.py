@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 HARNESS_FIXTURES = Path(__file__).parent / "broker_harness" / "fixtures.py"
+REPO = Path(__file__).resolve().parent.parent
+
+# Airflow reads its configuration once, when first imported: before any test module
+# imports it, give it a home of its own (SQLite metadata DB included), this repository's
+# dags/ and no example DAGs, so no test touches ~/airflow.
+os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="rmq-tests-airflow-")
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 
 
 def _load_harness_fixtures():  # type: ignore[no-untyped-def]

@@ -13,19 +13,23 @@ import html
 import json
 import logging
 import re
-import socket
 import sys
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from email.message import Message
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 from aiosmtpd.controller import Controller
+from endpoints import (
+    Mailbox,
+    free_port,
+    smtp_connection,
+    start_webhook,
+    webhook_connection,
+)
 
 from jobs.alerts import Alert, AlertRules, Channels, EmailChannel, LagRule, WebhookChannel
 
@@ -73,59 +77,14 @@ def notifiers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleType]:
     root.setLevel(level)
 
 
-def free_port() -> int:
-    """A port nothing listens on (bound and released; nothing else binds it here)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class _Mailbox:
-    """aiosmtpd handler keeping every envelope it accepted."""
-
-    def __init__(self) -> None:
-        self.envelopes: list[Any] = []
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
-        self.envelopes.append(envelope)
-        return "250 Message accepted for delivery"
-
-
 @pytest.fixture
-def smtp_server() -> Iterator[tuple[int, _Mailbox]]:
-    mailbox = _Mailbox()
+def smtp_server() -> Iterator[tuple[int, Mailbox]]:
+    mailbox = Mailbox()
     port = free_port()
     controller = Controller(mailbox, hostname="127.0.0.1", port=port)
     controller.start()
     yield port, mailbox
     controller.stop()
-
-
-class _WebhookHandler(BaseHTTPRequestHandler):
-    received: list[dict[str, Any]]
-    status: int
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        self.received.append({"path": self.path, "content_type": self.headers["Content-Type"],
-                              "json": json.loads(body)})
-        reply = b"ok" if self.status == 200 else b"invalid_payload"
-        self.send_response(self.status)
-        self.send_header("Content-Type", "text/plain")
-        self.send_header("Content-Length", str(len(reply)))
-        self.end_headers()
-        self.wfile.write(reply)
-
-    def log_message(self, format: str, *args: Any) -> None:  # keep pytest output quiet
-        pass
-
-
-def start_webhook(status: int = 200) -> tuple[ThreadingHTTPServer, list[dict[str, Any]]]:
-    received: list[dict[str, Any]] = []
-    handler = type("Handler", (_WebhookHandler,), {"received": received, "status": status})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, received
 
 
 @pytest.fixture
@@ -138,19 +97,15 @@ def webhook_server() -> Iterator[tuple[int, list[dict[str, Any]]]]:
 
 def use_smtp(patch: pytest.MonkeyPatch, port: int) -> None:
     """The SMTP connection in URI form; plain SMTP (no SSL, no STARTTLS) on 127.0.0.1."""
-    patch.setenv(f"AIRFLOW_CONN_{SMTP_CONN.upper()}",
-                 f"smtp://127.0.0.1:{port}?disable_ssl=true&disable_tls=true"
-                 "&timeout=5&retry_limit=0")
+    patch.setenv(f"AIRFLOW_CONN_{SMTP_CONN.upper()}", smtp_connection(port))
 
 
 def use_webhook(patch: pytest.MonkeyPatch, port: int) -> None:
     """The webhook connection in JSON form; the whole URL in the password, as Slack's."""
-    patch.setenv(f"AIRFLOW_CONN_{WEBHOOK_CONN.upper()}", json.dumps({
-        "conn_type": "slackwebhook",
-        "password": f"http://127.0.0.1:{port}/services/T000/B000/XXXX"}))
+    patch.setenv(f"AIRFLOW_CONN_{WEBHOOK_CONN.upper()}", webhook_connection(port))
 
 
-def the_email(mailbox: _Mailbox) -> tuple[Any, Message, str]:
+def the_email(mailbox: Mailbox) -> tuple[Any, Message, str]:
     """The single envelope, its parsed message and its HTML body."""
     assert len(mailbox.envelopes) == 1
     envelope = mailbox.envelopes[0]

@@ -1,0 +1,216 @@
+"""rmq_nightly: every night, per configured broker, snapshot -> load -> check -> alert -> clean up.
+
+The steps are ``jobs.pipeline`` functions; this file only wires them into Airflow:
+brokers from ``config/pipeline.yaml`` (or the ``rmq_brokers`` Variable), one mapped task
+group per broker, retries with exponential backoff, the Delta tables as Assets, SSH and
+Spark from Airflow connections, alert delivery through Airflow's notifiers.
+
+A logical date maps to one snapshot id (``2026-11-23T0200Z``), so re-running or
+backfilling a date re-uses its snapshot, loads nothing twice and delivers no alert twice.
+A date older than the broker's newest snapshot is skipped: that state of the store is gone.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from airflow.sdk import (
+    Asset,
+    BaseHook,
+    CronTriggerTimetable,
+    Variable,
+    dag,
+    get_current_context,
+    task,
+    task_group,
+)
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from jobs import pipeline
+from jobs import tables as T
+from jobs.pipeline_config import BrokerSource, load_config, parse_brokers
+from jobs.snapshot import snapshot_id_for
+
+log = logging.getLogger("rmq_nightly")
+CONFIG = load_config()  # cheap: one YAML file; the DAG processor re-reads it on each parse
+LOADED_TABLES = [t for t in T.TABLES if t not in (T.CHECK_RESULTS, T.CONSUMER_LAG, T.ALERTS)]
+CHECKED_TABLES = [T.CHECK_RESULTS, T.CONSUMER_LAG, T.ALERTS]
+
+
+def table_asset(name: str) -> Asset:
+    """A lakehouse table as an Asset: downstream DAGs can run when it changes."""
+    location = CONFIG.warehouse / f"{T.DATABASE}.db" / name
+    return Asset(name=f"rmq.{name}", uri=location.as_uri(), group="rmq-lakehouse")
+
+
+DEFAULT_ARGS = {
+    "owner": "rmq-lakehouse",
+    "retries": CONFIG.retries,
+    "retry_delay": timedelta(seconds=CONFIG.retry_delay_s),
+    "retry_exponential_backoff": 2.0,
+    "max_retry_delay": timedelta(hours=1),
+}
+
+
+BY_BROKER = "{{ rmq_broker }}"  # mapped task instances are labelled by broker name
+
+
+def _labelled(step: dict[str, Any]) -> dict[str, Any]:
+    """Label this mapped task instance with the broker it works on (UI and logs)."""
+    get_current_context()["rmq_broker"] = step.get("broker") or step.get("name")  # type: ignore[literal-required]
+    return step
+
+
+def _snapshot_id() -> str:
+    context = get_current_context()
+    moment = context.get("logical_date") or context["dag_run"].run_after
+    return snapshot_id_for(moment)
+
+
+def _spark():  # type: ignore[no-untyped-def]
+    """This process's SparkSession: master from the ``spark_conn_id`` connection, else
+    ``$RMQ_SPARK_MASTER``, else local. Tasks of one process (``airflow dags test``) share it."""
+    from jobs.spark_session import build_spark_session
+
+    master = None
+    if CONFIG.spark_conn_id:
+        try:
+            connection = BaseHook.get_connection(CONFIG.spark_conn_id)
+        except Exception:  # an absent connection means: run Spark locally
+            connection = None
+        if connection is not None and connection.host:
+            host = connection.host
+            master = host if "://" in host else f"spark://{host}:{connection.port or 7077}"
+    return build_spark_session("rmq-nightly", master=master, warehouse=CONFIG.warehouse)
+
+
+def _step(call, *args):  # type: ignore[no-untyped-def]
+    """Run a pipeline step; a permanent failure fails the task without retries."""
+    try:
+        return call(*args)
+    except pipeline.StepSkipped as error:
+        raise AirflowSkipException(str(error)) from error
+    except pipeline.StepError as error:
+        if error.permanent:
+            raise AirflowFailException(str(error)) from error
+        raise
+
+
+@dag(
+    dag_id="rmq_nightly",
+    schedule=CronTriggerTimetable(CONFIG.schedule, timezone="UTC"),
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
+    catchup=False,
+    max_active_runs=1,      # snapshots of a broker must load in time order
+    default_args=DEFAULT_ARGS,
+    tags=["rocketmq", "delta", "data-quality"],
+    doc_md=__doc__,
+)
+def rmq_nightly() -> None:
+    @task
+    def list_brokers() -> list[dict[str, Any]]:
+        """The brokers of this run: the ``rmq_brokers`` Variable if set, else the config."""
+        override = Variable.get("rmq_brokers", default=None)
+        brokers = parse_brokers(override, "Variable rmq_brokers") if override \
+            else CONFIG.brokers
+        if not brokers:
+            raise AirflowFailException(f"no brokers configured ({CONFIG.source} or the "
+                                       "rmq_brokers Variable)")
+        log.info("brokers: %s", ", ".join(f"{b.name} ({b.location})" for b in brokers))
+        return [b.as_dict() for b in brokers]
+
+    @task_group(group_id="broker")
+    def per_broker(broker: dict[str, Any]) -> None:
+        @task(map_index_template=BY_BROKER)
+        def snapshot(broker: dict[str, Any]) -> dict[str, Any]:
+            source_of = BrokerSource(**_labelled(broker))
+            if source_of.ssh_conn_id is None:
+                return _step(pipeline.snapshot_broker, CONFIG, source_of, _snapshot_id())
+            return _remote_snapshot(source_of, _snapshot_id())
+
+        @task(map_index_template=BY_BROKER,
+              outlets=[table_asset(name) for name in LOADED_TABLES])
+        def load(snapshot: dict[str, Any]) -> dict[str, Any]:
+            return _step(pipeline.load_broker, _spark(), CONFIG, _labelled(snapshot))
+
+        @task(map_index_template=BY_BROKER,
+              outlets=[table_asset(name) for name in CHECKED_TABLES])
+        def check(loaded: dict[str, Any]) -> dict[str, Any]:
+            from jobs.alerts import DEFAULT_CONFIG
+
+            return _step(pipeline.check_broker, _spark(), CONFIG, _labelled(loaded),
+                         DEFAULT_CONFIG)
+
+        @task(map_index_template=BY_BROKER)
+        def alert(checked: dict[str, Any]) -> dict[str, Any]:
+            return _deliver(_labelled(checked))
+
+        @task(map_index_template=BY_BROKER)
+        def clean_up(snapshot: dict[str, Any]) -> dict[str, Any]:
+            snapshot = _labelled(snapshot)
+            return pipeline.clean_up_broker(CONFIG, snapshot["broker"], snapshot["snapshot_id"])
+
+        taken = snapshot(broker)
+        delivered = alert(check(load(taken)))
+        delivered >> clean_up(taken)
+
+    per_broker.expand(broker=list_brokers())
+
+
+def _remote_snapshot(broker: BrokerSource, snapshot_id: str) -> dict[str, Any]:
+    """Snapshot a store on another host over SFTP, through the Airflow SSH connection."""
+    from airflow.providers.ssh.hooks.ssh import SSHHook
+
+    from jobs.store_source import SftpSource
+
+    try:
+        client = SSHHook(ssh_conn_id=broker.ssh_conn_id).get_conn()
+    except Exception as error:
+        raise pipeline.StepError(f"{broker.name}: cannot connect with SSH connection "
+                                 f"{broker.ssh_conn_id!r}: {error}") from error
+    try:
+        source = SftpSource(client.open_sftp(), broker.store, broker.location)
+        return _step(pipeline.snapshot_broker, CONFIG, broker, snapshot_id, source)
+    finally:
+        client.close()
+
+
+def _deliver(checked: dict[str, Any]) -> dict[str, Any]:
+    """Send the snapshot's recorded alert on the channels that have not had it yet, and
+    record what each answered; a channel that failed fails the task, so it is retried."""
+    from notifiers import deliver  # dags/ is on sys.path
+
+    from jobs.alerts import SENT, AlertRules, record_alert, recorded_alert
+
+    broker, snapshot_id = checked["broker"], checked["snapshot_id"]
+    spark = _spark()
+    registry = pipeline.registry_for(spark, CONFIG)
+    recorded = recorded_alert(registry, broker, snapshot_id)
+    if recorded is None:
+        log.info("%s: snapshot %s: no alert (no threshold crossed)", broker, snapshot_id)
+        return {"broker": broker, "snapshot_id": snapshot_id, "alert": None, "delivery": {}}
+    alert, delivery = recorded
+    pending = [channel for channel, status in delivery.items() if status != SENT]
+    if pending and not CONFIG.deliver_alerts:
+        log.warning("%s: snapshot %s: alert recorded, not sent (deliver_alerts is false in "
+                    "%s): %s", broker, snapshot_id, CONFIG.source, alert.title)
+        return {"broker": broker, "snapshot_id": snapshot_id, "alert": alert.title,
+                "severity": alert.severity, "delivery": delivery}
+    if pending:
+        delivery.update(deliver(alert, AlertRules.load(), only=pending,
+                                context=get_current_context()))
+        record_alert(spark, registry, alert, delivery)
+    else:
+        log.info("%s: snapshot %s: alert already delivered (%s)", broker, snapshot_id,
+                 ", ".join(delivery))
+    failed = {channel: status for channel, status in delivery.items() if status != SENT}
+    if failed:
+        raise RuntimeError(f"{broker}: alert of snapshot {snapshot_id} not delivered: "
+                           + "; ".join(f"{c}: {s}" for c, s in failed.items()))
+    return {"broker": broker, "snapshot_id": snapshot_id, "alert": alert.title,
+            "severity": alert.severity, "delivery": delivery}
+
+
+rmq_nightly()

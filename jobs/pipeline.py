@@ -1,0 +1,201 @@
+"""The nightly pipeline's steps for one broker, as plain functions the DAG calls.
+
+Each step takes and returns small JSON-able dicts (Airflow passes them between tasks as
+XComs) and raises :class:`StepError` naming the broker, the step, the file and the
+reason when it cannot go on. ``StepError.permanent`` says whether a retry can help (a
+store that went backwards stays that way; a dropped SSH connection may not). Nothing here
+imports Airflow: the DAG (``dags/rmq_nightly.py``) owns connections, retries and Assets.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from jobs import tables as T
+from jobs.pipeline_config import BrokerSource, PipelineConfig
+from jobs.snapshot import (
+    SnapshotError,
+    SnapshotInPastError,
+    clean_up_snapshots,
+    snapshot_store,
+    take_snapshot,
+)
+from jobs.store_source import LocalSource, SourceError, StoreSource
+from jobs.tables import Registry
+
+log = logging.getLogger(__name__)
+
+
+class StepError(RuntimeError):
+    """A step failed for one broker; ``permanent`` when retrying cannot help."""
+
+    def __init__(self, message: str, *, permanent: bool = False) -> None:
+        super().__init__(message)
+        self.permanent = permanent
+
+
+class StepSkipped(StepError):
+    """Nothing to do, and nothing wrong: e.g. a backfill of a date whose store state is
+    gone (a newer snapshot exists)."""
+
+
+class _LogLines:
+    """A text stream whose lines go to the log, prefixed with the broker: the load's
+    progress display (steps, Spark tasks done, bytes and rate) in the task log."""
+
+    def __init__(self, broker: str) -> None:
+        self.broker = broker
+
+    def write(self, text: str) -> int:
+        for line in text.splitlines():
+            if line.strip():
+                log.info("%s: %s", self.broker, line.strip())
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def _say(broker: str) -> Callable[[str], None]:
+    return lambda message: log.info("%s", message if message.startswith(broker)
+                                    else f"{broker}: {message}")
+
+
+# --------------------------------------------------------------------------- snapshot
+
+
+def snapshot_broker(config: PipelineConfig, broker: BrokerSource, snapshot_id: str,
+                    source: StoreSource | None = None) -> dict[str, Any]:
+    """Take (or find) the broker's snapshot ``snapshot_id``; ``source`` defaults to the
+    local store path (the DAG passes an SFTP source for brokers on other hosts)."""
+    source = source or LocalSource(resolve_store(broker.store))
+    try:
+        manifest = take_snapshot(source, config.snapshot_root, broker.name, snapshot_id,
+                                 progress=_say(broker.name))
+    except SnapshotInPastError as error:
+        raise StepSkipped(str(error), permanent=True) from error
+    except (SnapshotError, SourceError) as error:
+        raise StepError(f"{broker.name}: snapshot {snapshot_id}: {error}") from error
+    finally:
+        source.close()
+    log.info("%s", manifest.summary())
+    return {
+        "broker": broker.name, "snapshot_id": snapshot_id,
+        "store": str(snapshot_store(config.snapshot_root, broker.name, snapshot_id)),
+        "taken_at": manifest.started_at, "existing": manifest.existing,
+        "files": len(manifest.files), "from_broker_bytes": manifest.from_broker,
+        "reused_bytes": manifest.reused, "linked_files": manifest.count("linked"),
+        "zero_tail_bytes": manifest.zero_tail_bytes, "notes": manifest.notes,
+    }
+
+
+def resolve_store(store: str) -> Path:
+    from jobs.jars import REPO_ROOT
+
+    path = Path(store).expanduser()
+    return path if path.is_absolute() else REPO_ROOT / path
+
+
+# --------------------------------------------------------------------------- load
+
+
+def load_broker(spark: SparkSession, config: PipelineConfig,
+                snapshot: dict[str, Any]) -> dict[str, Any]:
+    """Load the snapshot into the Delta tables (nothing when it is already loaded)."""
+    from jobs.load import LoadOptions, LoadRefusedError, load_snapshot
+    from jobs.plan import StoreWentBackwardsError
+    from jobs.progress import ConsoleProgress
+    from rmqlib.errors import StoreError
+
+    broker, snapshot_id = snapshot["broker"], snapshot["snapshot_id"]
+    options = LoadOptions(taken_at=datetime.fromisoformat(snapshot["taken_at"]))
+    try:
+        with ConsoleProgress(spark, stream=_LogLines(broker)) as progress:
+            summary = load_snapshot(spark, broker, snapshot_id, snapshot["store"], options,
+                                    registry=registry_for(spark, config), progress=progress)
+    except (LoadRefusedError, StoreWentBackwardsError) as error:
+        raise StepError(f"{broker}: load of snapshot {snapshot_id} refused: {error}",
+                        permanent=True) from error
+    except StoreError as error:
+        raise StepError(f"{broker}: load of snapshot {snapshot_id}: {error}") from error
+    rows = {name: result.rows for name, result in summary.results.items()}
+    log.info("%s: snapshot %s %s: %d bytes read, rows %s", broker, snapshot_id,
+             "already loaded, nothing read" if summary.skipped else "loaded",
+             summary.bytes_read, rows)
+    return {**_ids(snapshot), "skipped": summary.skipped, "bytes_read": summary.bytes_read,
+            "rows": rows, "quarantined_bytes": summary.quarantined_bytes,
+            "seconds": round(summary.seconds, 1)}
+
+
+def registry_for(spark: SparkSession, config: PipelineConfig) -> Registry:
+    return Registry(spark, config.warehouse)
+
+
+def _ids(step: dict[str, Any]) -> dict[str, Any]:
+    return {"broker": step["broker"], "snapshot_id": step["snapshot_id"]}
+
+
+# --------------------------------------------------------------------------- check
+
+
+def report_page(config: PipelineConfig, broker: str, snapshot_id: str) -> Path:
+    from jobs.report import report_path
+
+    return report_path(config.checks_output / "reports", broker, snapshot_id)
+
+
+def check_broker(spark: SparkSession, config: PipelineConfig, loaded: dict[str, Any],
+                 rules_path: Path) -> dict[str, Any]:
+    """Reconcile, Great Expectations, report and alert evaluation for the snapshot.
+
+    Skipped when the load added nothing and the snapshot's report exists: a re-run of the
+    same logical date then changes nothing (the report is the check's last artefact)."""
+    from jobs.check import check_snapshot
+
+    broker, snapshot_id = loaded["broker"], loaded["snapshot_id"]
+    page = report_page(config, broker, snapshot_id)
+    if loaded["skipped"] and page.is_file():
+        log.info("%s: snapshot %s already checked (%s): nothing to do", broker, snapshot_id,
+                 page)
+        return {**_ids(loaded), "skipped": True, "report": str(page), **_recorded(
+            registry_for(spark, config), broker, snapshot_id)}
+    outcome = check_snapshot(spark, registry_for(spark, config), broker, snapshot_id,
+                             rules_path=rules_path, output=config.checks_output)
+    reconcile = outcome.reconcile
+    log.info("%s: snapshot %s checked: findings %s, lag %s, expectations %s, report %s",
+             broker, snapshot_id, dict(reconcile.findings_by_severity),
+             dict(reconcile.lag_by_status), "passed" if outcome.expectations.success
+             else f"{len(outcome.expectations.failures)} failed", outcome.report)
+    return {**_ids(loaded), "skipped": False, "report": str(outcome.report),
+            "findings": dict(reconcile.findings_by_severity),
+            "alert": outcome.alert.title if outcome.alert else None,
+            "alert_severity": outcome.alert.severity if outcome.alert else None}
+
+
+def _recorded(registry: Registry, broker: str, snapshot_id: str) -> dict[str, Any]:
+    rows = registry.read_rows(T.CHECK_RESULTS, broker=broker, snapshot_id=snapshot_id)
+    findings: dict[str, int] = {}
+    for row in rows:
+        findings[row["severity"]] = findings.get(row["severity"], 0) + 1
+    alerts = registry.read_rows(T.ALERTS, broker=broker, snapshot_id=snapshot_id)
+    return {"findings": findings, "alert": alerts[0]["title"] if alerts else None,
+            "alert_severity": alerts[0]["severity"] if alerts else None}
+
+
+# --------------------------------------------------------------------------- cleanup
+
+
+def clean_up_broker(config: PipelineConfig, broker: str, snapshot_id: str) -> dict[str, Any]:
+    result = clean_up_snapshots(config.snapshot_root, broker, snapshot_id,
+                                config.retention_days)
+    log.info("%s: snapshots removed (older than %g days): %s; kept: %s", broker,
+             config.retention_days, ", ".join(result.removed) or "none",
+             ", ".join(result.kept) or "none")
+    return {"broker": broker, "snapshot_id": snapshot_id, "removed": result.removed,
+            "kept": result.kept, "partials_removed": result.partials_removed}

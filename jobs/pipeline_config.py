@@ -1,0 +1,160 @@
+"""The nightly pipeline's settings: ``config/pipeline.yaml`` (or ``$RMQ_PIPELINE_CONFIG``).
+
+```yaml
+schedule: "0 2 * * *"            # cron, UTC
+snapshot_root: .cache/snapshots  # relative paths are relative to the repository
+warehouse: .cache/warehouse
+retention_days: 7                # snapshots older than this are deleted (never the newest)
+retries: 2                       # per task, with exponential backoff from retry_delay_s
+retry_delay_s: 60
+spark_conn_id: rmq_spark         # Airflow connection naming the Spark master; absent: local
+deliver_alerts: true             # false: alerts are recorded and logged, not sent
+brokers:
+  - name: broker-a
+    store: /var/lib/rocketmq/store          # a local (or mounted) store ...
+  - name: broker-b
+    store: /home/rocketmq/store
+    ssh_conn_id: rmq_broker_b_ssh           # ... or one read over SFTP on another host
+```
+
+The Airflow Variable ``rmq_brokers`` (a JSON list of the same broker mappings), when set,
+replaces ``brokers``: operators add a broker without a deploy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from jobs.jars import REPO_ROOT
+
+DEFAULT_CONFIG = REPO_ROOT / "config" / "pipeline.yaml"
+BROKER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+class PipelineConfigError(ValueError):
+    """The pipeline config is wrong; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class BrokerSource:
+    """One broker whose store the DAG snapshots."""
+
+    name: str
+    store: str
+    ssh_conn_id: str | None = None
+
+    @property
+    def location(self) -> str:
+        return f"ssh://{self.ssh_conn_id}{self.store}" if self.ssh_conn_id else self.store
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "store": self.store, "ssh_conn_id": self.ssh_conn_id}
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    schedule: str
+    snapshot_root: Path
+    warehouse: Path
+    retention_days: float
+    retries: int
+    retry_delay_s: float
+    spark_conn_id: str | None
+    deliver_alerts: bool
+    brokers: tuple[BrokerSource, ...]
+    source: Path
+
+    @property
+    def checks_output(self) -> Path:
+        """Data Docs and reports (``jobs.check``'s default place)."""
+        return self.warehouse / "_checks"
+
+
+def config_path() -> Path:
+    return Path(os.environ.get("RMQ_PIPELINE_CONFIG", DEFAULT_CONFIG))
+
+
+def load_config(path: str | Path | None = None) -> PipelineConfig:
+    path = Path(path) if path else config_path()
+    try:
+        document = yaml.safe_load(path.read_text())
+    except OSError as error:
+        raise PipelineConfigError(f"{path}: cannot read the pipeline config: {error}") from error
+    except yaml.YAMLError as error:
+        raise PipelineConfigError(f"{path}: not valid YAML: {error}") from error
+    if not isinstance(document, dict):
+        raise PipelineConfigError(f"{path}: expected a mapping at the top")
+    known = {"schedule", "snapshot_root", "warehouse", "retention_days", "retries",
+             "retry_delay_s", "spark_conn_id", "deliver_alerts", "brokers"}
+    unknown = sorted(set(document) - known)
+    if unknown:
+        raise PipelineConfigError(f"{path}: unknown key(s) {', '.join(unknown)}")
+
+    def where(key: str, default: str) -> Path:
+        value = Path(os.path.expanduser(str(document.get(key, default))))
+        return value if value.is_absolute() else REPO_ROOT / value
+
+    warehouse = Path(os.environ["RMQ_WAREHOUSE"]) if os.environ.get("RMQ_WAREHOUSE") \
+        else where("warehouse", ".cache/warehouse")
+    return PipelineConfig(
+        schedule=str(document.get("schedule", "0 2 * * *")),
+        snapshot_root=where("snapshot_root", ".cache/snapshots"),
+        warehouse=warehouse,
+        retention_days=_number(path, document, "retention_days", 7),
+        retries=int(_number(path, document, "retries", 2)),
+        retry_delay_s=_number(path, document, "retry_delay_s", 60),
+        spark_conn_id=document.get("spark_conn_id") or None,
+        deliver_alerts=_flag(path, document, "deliver_alerts", True),
+        brokers=parse_brokers(document.get("brokers") or [], str(path)),
+        source=path,
+    )
+
+
+def parse_brokers(items: Any, origin: str) -> tuple[BrokerSource, ...]:
+    """Broker mappings from the YAML file or the ``rmq_brokers`` Variable (JSON text)."""
+    if isinstance(items, str):
+        try:
+            items = json.loads(items)
+        except ValueError as error:
+            raise PipelineConfigError(f"{origin}: not JSON: {error}") from error
+    if not isinstance(items, list):
+        raise PipelineConfigError(f"{origin}: brokers must be a list")
+    brokers = []
+    for number, item in enumerate(items):
+        if not isinstance(item, dict) or not {"name", "store"} <= set(item):
+            raise PipelineConfigError(f"{origin}: brokers[{number}] needs a name and a store")
+        extra = sorted(set(item) - {"name", "store", "ssh_conn_id"})
+        if extra:
+            raise PipelineConfigError(f"{origin}: brokers[{number}]: unknown key(s) "
+                                      f"{', '.join(extra)}")
+        name = str(item["name"])
+        if not BROKER_NAME.match(name):
+            raise PipelineConfigError(f"{origin}: brokers[{number}]: {name!r} is not a usable "
+                                      "broker name (letters, digits, '.', '_', '-')")
+        brokers.append(BrokerSource(name, str(item["store"]), item.get("ssh_conn_id") or None))
+    names = [b.name for b in brokers]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise PipelineConfigError(f"{origin}: broker(s) listed twice: {', '.join(duplicates)}")
+    return tuple(brokers)
+
+
+def _number(path: Path, document: dict, key: str, default: float) -> float:
+    value = document.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise PipelineConfigError(f"{path}: {key} must be a number >= 0, not {value!r}")
+    return float(value)
+
+
+def _flag(path: Path, document: dict, key: str, default: bool) -> bool:
+    value = document.get(key, default)
+    if not isinstance(value, bool):
+        raise PipelineConfigError(f"{path}: {key} must be true or false, not {value!r}")
+    return value

@@ -1,0 +1,554 @@
+"""Take a dated snapshot of a broker store without touching the store.
+
+Layout: ``<root>/<broker>/<snapshot_id>/store/`` (the copy, read-only files) and
+``<root>/<broker>/<snapshot_id>/manifest.json``. A snapshot is built in
+``<root>/<broker>/.partial-<snapshot_id>/`` and renamed into place when its manifest is
+written, so a snapshot directory that exists is complete; taking a snapshot that exists
+returns its manifest and copies nothing (re-runs and backfills are idempotent).
+
+What is copied (``rmqlib.growth`` has the store facts behind each rule):
+
+* in phases: config, then consume queues and index, then commitlog, then checkpoint, then
+  the markers, so that a hot copy stays consistent for the checks;
+* a *finished* file (a later file of its queue has data) that the previous snapshot also
+  held finished, with the same size, is hard-linked from it: no byte is read;
+* a growing file (append-only, in the previous snapshot but not finished there) keeps
+  the previous snapshot's bytes up to a little below that snapshot's data end and reads
+  only the rest from the broker;
+* preallocated zero tails are not read past a zero run longer than any run inside data,
+  and not written: the copy is a sparse file of the source's size that reads back
+  byte-identical (holes read as zeros).
+
+The manifest lists every file with its size, data length, sha256 of its data (bytes
+``[0, data_length)``; the rest is zeros), how it was obtained and how many bytes came from
+the broker, plus notes on the broker's state (lock held, abort file present).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import mmap
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
+
+from jobs.store_source import FileReader, SourceError, SourceFile, StoreSource
+from rmqlib.growth import CopyPhase, Growth, data_end, growth_of, last_record_start
+from rmqlib.inventory import FileKind, classify
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+STORE_DIR = "store"
+PARTIAL_PREFIX = ".partial-"
+CHUNK = 4 * 2**20
+SPARSE_BLOCK = 64 * 1024
+ID_FORMAT = "%Y-%m-%dT%H%MZ"
+LINKED, GROWN, COPIED = "linked", "grown", "copied"
+PROGRESS_EVERY_S = 5.0
+
+
+class SnapshotError(RuntimeError):
+    """A snapshot cannot be taken; the message names the broker, the file and why."""
+
+
+class SnapshotInPastError(SnapshotError):
+    """The logical date is older than a snapshot already taken: the store's past is gone."""
+
+
+def snapshot_id_for(moment: datetime) -> str:
+    """One snapshot id per logical date: UTC, minute resolution, sorts by time."""
+    return moment.astimezone(UTC).strftime(ID_FORMAT)
+
+
+def snapshot_time(snapshot_id: str) -> datetime | None:
+    """The time a DAG-made snapshot id stands for; None for ids made by hand."""
+    try:
+        return datetime.strptime(snapshot_id, ID_FORMAT).replace(tzinfo=UTC)
+    except ValueError:
+        return None
+
+
+# --------------------------------------------------------------------------- manifest
+
+
+@dataclass
+class FileEntry:
+    path: str               # relative to the store root
+    kind: str
+    size: int               # the source file's size (the copy has the same)
+    data_length: int        # bytes up to the end of its data; the rest is zeros
+    sha256: str             # of bytes [0, data_length)
+    how: str                # linked | grown | copied
+    from_broker: int        # bytes read from the broker for this file
+    reused: int             # bytes taken from the previous snapshot
+    finished: bool          # a later file of its queue has data: it will not change
+    mtime_ns: int
+    resume_at: int = 0      # where the next snapshot re-reads this file from the broker
+
+
+@dataclass
+class Manifest:
+    broker: str
+    snapshot_id: str
+    source: str
+    started_at: str
+    finished_at: str = ""
+    previous: str | None = None
+    broker_running: bool = False
+    abort_present: bool = False
+    notes: list[str] = field(default_factory=list)
+    files: list[FileEntry] = field(default_factory=list)
+    seconds: float = 0.0
+    existing: bool = False  # not written: True when this run found the snapshot made
+
+    @property
+    def from_broker(self) -> int:
+        return sum(f.from_broker for f in self.files)
+
+    @property
+    def reused(self) -> int:
+        return sum(f.reused for f in self.files)
+
+    @property
+    def data_bytes(self) -> int:
+        return sum(f.data_length for f in self.files)
+
+    @property
+    def zero_tail_bytes(self) -> int:
+        return sum(f.size - f.data_length for f in self.files)
+
+    def count(self, how: str) -> int:
+        return sum(1 for f in self.files if f.how == how)
+
+    def to_json(self) -> str:
+        document = asdict(self)
+        document.pop("existing")
+        document["totals"] = {
+            "files": len(self.files), "bytes": sum(f.size for f in self.files),
+            "data_bytes": self.data_bytes, "zero_tail_bytes": self.zero_tail_bytes,
+            "from_broker": self.from_broker, "reused": self.reused,
+            **{how: self.count(how) for how in (LINKED, GROWN, COPIED)},
+        }
+        return json.dumps(document, indent=1)
+
+    @classmethod
+    def load(cls, path: Path) -> Manifest:
+        document = json.loads(path.read_text())
+        document.pop("totals", None)
+        files = [FileEntry(**entry) for entry in document.pop("files")]
+        return cls(**document, files=files)
+
+    def summary(self) -> str:
+        """One line for the log and the run summary."""
+        mib = 2**20
+        rate = self.from_broker / mib / self.seconds if self.seconds else 0.0
+        line = (f"{self.broker} snapshot {self.snapshot_id}: {len(self.files)} files, "
+                f"{self.from_broker / mib:.1f} MiB read from the broker ({rate:.1f} MiB/s), "
+                f"{self.reused / mib:.1f} MiB reused from {self.previous or 'no earlier snapshot'}"
+                f" ({self.count(LINKED)} hard links, {self.count(GROWN)} grown), "
+                f"{self.zero_tail_bytes / mib:.1f} MiB of zero tails not copied")
+        if self.existing:
+            line += " (already taken: nothing copied)"
+        return line
+
+
+# --------------------------------------------------------------------------- layout
+
+
+def broker_dir(root: Path, broker: str) -> Path:
+    return Path(root) / broker
+
+
+def snapshot_dir(root: Path, broker: str, snapshot_id: str) -> Path:
+    return broker_dir(root, broker) / snapshot_id
+
+
+def snapshot_store(root: Path, broker: str, snapshot_id: str) -> Path:
+    return snapshot_dir(root, broker, snapshot_id) / STORE_DIR
+
+
+def complete_snapshots(root: Path, broker: str) -> list[str]:
+    """Ids of the broker's complete snapshots, oldest first."""
+    directory = broker_dir(root, broker)
+    if not directory.is_dir():
+        return []
+    return sorted(p.name for p in directory.iterdir()
+                  if not p.name.startswith(".") and (p / MANIFEST).is_file())
+
+
+# --------------------------------------------------------------------------- taking one
+
+
+Progress = Callable[[str], None]
+
+
+def take_snapshot(source: StoreSource, root: str | Path, broker: str, snapshot_id: str,
+                  *, progress: Progress | None = None) -> Manifest:
+    """Snapshot ``source`` as ``<root>/<broker>/<snapshot_id>``; see the module docstring."""
+    root = Path(root)
+    final = snapshot_dir(root, broker, snapshot_id)
+    if (final / MANIFEST).is_file():
+        manifest = Manifest.load(final / MANIFEST)
+        manifest.existing = True
+        return manifest
+    later = [s for s in complete_snapshots(root, broker) if s > snapshot_id]
+    if later:
+        raise SnapshotInPastError(
+            f"{broker}: no snapshot {snapshot_id} can be taken now: snapshot {later[-1]} is "
+            f"newer, and the store's state at {snapshot_id} is gone")
+    earlier = [s for s in complete_snapshots(root, broker) if s < snapshot_id]
+    previous = earlier[-1] if earlier else None
+    partial = broker_dir(root, broker) / f"{PARTIAL_PREFIX}{snapshot_id}"
+    if partial.exists():
+        shutil.rmtree(partial)  # an interrupted attempt: start over
+    (partial / STORE_DIR).mkdir(parents=True)
+    copier = _Copier(source, broker, snapshot_id, partial / STORE_DIR,
+                     snapshot_store(root, broker, previous) if previous else None,
+                     Manifest.load(snapshot_dir(root, broker, previous) / MANIFEST)
+                     if previous else None, progress or log.info)
+    manifest = copier.run()
+    manifest.previous = previous
+    (partial / MANIFEST).write_text(manifest.to_json())
+    os.rename(partial, final)
+    return manifest
+
+
+class _Copier:
+    """One snapshot being taken."""
+
+    def __init__(self, source: StoreSource, broker: str, snapshot_id: str, target: Path,
+                 previous_store: Path | None, previous: Manifest | None,
+                 progress: Progress) -> None:
+        self.source = source
+        self.broker = broker
+        self.target = target
+        self.previous_store = previous_store
+        self.previous = {f.path: f for f in previous.files} if previous else {}
+        self.progress = progress
+        self.manifest = Manifest(broker, snapshot_id, source.label,
+                                 started_at=datetime.now(UTC).isoformat())
+        self.rate = _Rate(progress, broker)
+
+    def run(self) -> Manifest:
+        started = time.monotonic()
+        files = self.source.list_files()
+        self._note_broker_state(files)
+        finished = self._finished_files(files)
+        phases: dict[int, list[SourceFile]] = {}
+        for file in files:
+            kind = classify(PurePosixPath(file.relative), file.size).kind
+            phases.setdefault(growth_of(kind).phase, []).append(file)
+        for phase in sorted(phases):
+            batch = phases[phase]
+            self.progress(f"{self.broker}: copying {CopyPhase(phase).name.lower()}: "
+                          f"{len(batch)} files ({_phase_name(batch)})")
+            for file in batch:
+                self._copy(file, file.relative in finished)
+        self.manifest.seconds = time.monotonic() - started
+        self.manifest.finished_at = datetime.now(UTC).isoformat()
+        return self.manifest
+
+    # ----------------------------------------------------------------- broker state
+
+    def _note_broker_state(self, files: list[SourceFile]) -> None:
+        names = {f.relative for f in files}
+        holder = self.source.lock_holder()
+        notes = self.manifest.notes
+        if holder:
+            self.manifest.broker_running = True
+            notes.append(f"broker running: the store's lock is held ({holder}); "
+                         "this is a hot copy, its newest records may be torn")
+        if "abort" in names:
+            self.manifest.abort_present = True
+            notes.append("abort file present: the broker is running, or it stopped without "
+                         "a clean shutdown (killed or crashed)")
+        for note in notes:
+            log.warning("%s: %s", self.broker, note)
+
+    def _finished_files(self, files: list[SourceFile]) -> set[str]:
+        """Append-only files followed by a file of the same queue that has data."""
+        groups: dict[str, list[SourceFile]] = {}
+        for file in files:
+            kind = classify(PurePosixPath(file.relative), file.size).kind
+            if growth_of(kind).append_only:
+                groups.setdefault(str(PurePosixPath(file.relative).parent), []).append(file)
+        finished: set[str] = set()
+        for group in groups.values():
+            later_has_data = False
+            for file in sorted(group, key=lambda f: f.relative, reverse=True):
+                if later_has_data:
+                    finished.add(file.relative)
+                elif self._has_data(file):
+                    later_has_data = True
+        return finished
+
+    def _has_data(self, file: SourceFile) -> bool:
+        kind = classify(PurePosixPath(file.relative), file.size).kind
+        head = growth_of(kind).head
+        if file.size == 0 or head == 0:
+            return file.size > 0
+        reader = self._open(file)
+        try:
+            return any(reader.read_at(0, head))
+        finally:
+            reader.close()
+
+    # ----------------------------------------------------------------- one file
+
+    def _copy(self, file: SourceFile, finished: bool) -> None:
+        kind = classify(PurePosixPath(file.relative), file.size).kind
+        growth = growth_of(kind)
+        before = self.previous.get(file.relative)
+        entry: FileEntry | None
+        if before and before.finished and finished and before.size == file.size:
+            entry = self._link(file, kind, before)
+        elif before and growth.append_only and growth.zero_run and before.size == file.size:
+            entry = self._write(file, kind, growth, finished, before.resume_at,
+                                before.resume_at)
+            if entry is not None:
+                entry.how = GROWN
+        else:
+            entry = self._write(file, kind, growth, finished, 0, 0)
+        if entry is not None:
+            self.manifest.files.append(entry)
+
+    def _link(self, file: SourceFile, kind: FileKind, before: FileEntry) -> FileEntry:
+        assert self.previous_store is not None
+        destination = self.target / file.relative
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        os.link(self.previous_store / file.relative, destination)
+        return FileEntry(file.relative, kind.value, file.size, before.data_length,
+                         before.sha256, LINKED, 0, before.data_length, True, file.mtime_ns)
+
+    def _write(self, file: SourceFile, kind: FileKind, growth: Growth, finished: bool,
+               reuse: int, walked_to: int) -> FileEntry | None:
+        """Copy one file, taking ``[0, reuse)`` from the previous snapshot; None when it
+        vanished since the listing (retention deleted it)."""
+        destination = self.target / file.relative
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            reader = self._open(file)
+        except FileNotFoundError:
+            self.manifest.notes.append(f"{file.relative}: deleted while the snapshot was "
+                                       "taken (retention), not copied")
+            return None
+        digest = _ZeroAwareHash()
+        fd = os.open(destination, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            if reuse:
+                assert self.previous_store is not None
+                with open(self.previous_store / file.relative, "rb") as old:
+                    _copy_local(old, fd, reuse, digest)
+            end, read = self._copy_from_broker(file, reader, fd, growth, reuse, digest)
+            os.ftruncate(fd, file.size)
+        finally:
+            os.close(fd)
+            reader.close()
+        os.utime(destination, ns=(file.mtime_ns, file.mtime_ns))
+        os.chmod(destination, 0o444)
+        return FileEntry(file.relative, kind.value, file.size, end, digest.finish(end),
+                         COPIED, read, reuse, finished, file.mtime_ns,
+                         _resume_at(destination, growth, walked_to, end))
+
+    def _copy_from_broker(self, file: SourceFile, reader: FileReader, fd: int,
+                          growth: Growth, start: int, digest: _ZeroAwareHash) -> tuple[int, int]:
+        """Copy ``[start, data end)``; returns (data end, bytes read from the broker)."""
+        position, last_nonzero_end = start, start
+        while position < file.size:
+            try:
+                chunk = reader.read_at(position, min(CHUNK, file.size - position))
+            except OSError as error:
+                raise SnapshotError(f"{self.broker}: {self.source.label}/{file.relative}: "
+                                    f"read at byte {position} failed: {error}") from error
+            if not chunk:
+                self.manifest.notes.append(
+                    f"{file.relative}: shrank while copied, {file.size} -> {position} bytes "
+                    "(deleted by retention or truncated)")
+                break
+            data = len(chunk.rstrip(b"\0"))
+            if data:
+                digest.update(position, chunk[:data])
+                last_nonzero_end = position + data
+                _write_sparse(fd, chunk[:data], position)
+            position += len(chunk)
+            self.rate.add(len(chunk), file.relative)
+            if growth.zero_run and position - last_nonzero_end >= growth.zero_run:
+                break
+        end = (data_end(last_nonzero_end, growth.unit, file.size) if growth.zero_run
+               else position)
+        return end, position - start
+
+    def _open(self, file: SourceFile) -> FileReader:
+        try:
+            return self.source.open(file.relative)
+        except FileNotFoundError:
+            raise
+        except OSError as error:
+            raise SnapshotError(f"{self.broker}: {self.source.label}/{file.relative}: "
+                                f"cannot open: {error}") from error
+
+
+def _resume_at(copy: Path, growth: Growth, walked_to: int, end: int) -> int:
+    """Where the next snapshot re-reads this file from (see ``rmqlib.growth``)."""
+    if growth.records:
+        if end <= walked_to:
+            return walked_to
+        with open(copy, "rb") as handle, mmap.mmap(handle.fileno(), 0,
+                                                   access=mmap.ACCESS_READ) as data:
+            return last_record_start(data, walked_to, end)
+    return max(0, end - growth.reread) // growth.unit * growth.unit
+
+
+def _phase_name(files: Iterable[SourceFile]) -> str:
+    tops = sorted({PurePosixPath(f.relative).parts[0] for f in files})
+    return ", ".join(tops[:4]) + (", ..." if len(tops) > 4 else "")
+
+
+def _copy_local(old, fd: int, length: int, digest: _ZeroAwareHash) -> None:  # type: ignore[no-untyped-def]
+    position = 0
+    while position < length:
+        chunk = old.read(min(CHUNK, length - position))
+        if not chunk:
+            raise SnapshotError(f"{old.name}: the previous snapshot's copy is shorter than "
+                                "its manifest says")
+        data = len(chunk.rstrip(b"\0"))
+        if data:
+            digest.update(position, chunk[:data])
+            _write_sparse(fd, chunk[:data], position)
+        position += len(chunk)
+
+
+def _write_sparse(fd: int, data: bytes, position: int) -> None:
+    """Write ``data`` at ``position``, leaving all-zero blocks as holes."""
+    view = memoryview(data)
+    zero = bytes(SPARSE_BLOCK)
+    for begin in range(0, len(view), SPARSE_BLOCK):
+        block = view[begin:begin + SPARSE_BLOCK]
+        if block != zero[:len(block)]:
+            os.pwrite(fd, block, position + begin)
+
+
+class _ZeroAwareHash:
+    """sha256 of a file fed only its non-zero stretches, in order: the gaps are zeros."""
+
+    def __init__(self) -> None:
+        self.hash = hashlib.sha256()
+        self.position = 0
+
+    def update(self, position: int, data: bytes) -> None:
+        self._zeros(position - self.position)
+        self.hash.update(data)
+        self.position = position + len(data)
+
+    def finish(self, end: int) -> str:
+        self._zeros(end - self.position)
+        return self.hash.hexdigest()
+
+    def _zeros(self, count: int) -> None:
+        while count > 0:
+            step = min(count, CHUNK)
+            self.hash.update(bytes(step))
+            count -= step
+
+
+class _Rate:
+    """Logs bytes read from the broker and the rate, at most every few seconds."""
+
+    def __init__(self, progress: Progress, broker: str) -> None:
+        self.progress = progress
+        self.broker = broker
+        self.started = time.monotonic()
+        self.last = self.started
+        self.bytes = 0
+
+    def add(self, count: int, current: str) -> None:
+        self.bytes += count
+        now = time.monotonic()
+        if now - self.last >= PROGRESS_EVERY_S:
+            self.last = now
+            rate = self.bytes / 2**20 / (now - self.started)
+            self.progress(f"{self.broker}: {self.bytes / 2**20:.1f} MiB read from the broker "
+                          f"({rate:.1f} MiB/s), now {current}")
+
+
+# --------------------------------------------------------------------------- checking and retention
+
+
+def verify_snapshot(root: str | Path, broker: str, snapshot_id: str) -> list[str]:
+    """Problems of a snapshot against its manifest (empty when it is intact)."""
+    directory = snapshot_dir(Path(root), broker, snapshot_id)
+    manifest = Manifest.load(directory / MANIFEST)
+    problems = []
+    for entry in manifest.files:
+        path = directory / STORE_DIR / entry.path
+        if not path.is_file() or path.stat().st_size != entry.size:
+            problems.append(f"{entry.path}: missing or not {entry.size} bytes")
+            continue
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            remaining = entry.data_length
+            while remaining:
+                chunk = handle.read(min(CHUNK, remaining))
+                digest.update(chunk)
+                remaining -= len(chunk)
+            tail = handle.read()
+        if digest.hexdigest() != entry.sha256:
+            problems.append(f"{entry.path}: sha256 of its data differs from the manifest")
+        if any(tail):
+            problems.append(f"{entry.path}: non-zero bytes after its data length")
+    return problems
+
+
+@dataclass
+class Cleanup:
+    removed: list[str]
+    kept: list[str]
+    partials_removed: list[str]
+
+
+def clean_up_snapshots(root: str | Path, broker: str, current: str,
+                       retention_days: float) -> Cleanup:
+    """Delete the broker's snapshots older than ``retention_days`` before ``current``.
+
+    Never the current snapshot, nor the newest one (the next snapshot reuses its files),
+    nor one whose id is not a DAG-made date (made by hand: left to its owner). Leftover
+    partial directories of other snapshot ids are removed.
+    """
+    root = Path(root)
+    now = snapshot_time(current)
+    snapshots = complete_snapshots(root, broker)
+    protected = {current, *(snapshots[-1:])}
+    removed, kept = [], []
+    for snapshot in snapshots:
+        taken = snapshot_time(snapshot)
+        too_old = (now is not None and taken is not None
+                   and (now - taken).total_seconds() > retention_days * 86400)
+        if too_old and snapshot not in protected:
+            _remove_tree(snapshot_dir(root, broker, snapshot))
+            removed.append(snapshot)
+        else:
+            kept.append(snapshot)
+    partials = []
+    directory = broker_dir(root, broker)
+    for partial in directory.glob(f"{PARTIAL_PREFIX}*") if directory.is_dir() else []:
+        if partial.name != f"{PARTIAL_PREFIX}{current}":
+            _remove_tree(partial)
+            partials.append(partial.name)
+    return Cleanup(removed, kept, partials)
+
+
+def _remove_tree(path: Path) -> None:
+    shutil.rmtree(path)  # read-only files go with their (writable) directories
+
+
+__all__ = ["Cleanup", "FileEntry", "Manifest", "SnapshotError", "SnapshotInPastError",
+           "SourceError", "clean_up_snapshots", "complete_snapshots", "snapshot_dir",
+           "snapshot_id_for", "snapshot_store", "snapshot_time", "take_snapshot",
+           "verify_snapshot"]

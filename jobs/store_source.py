@@ -1,0 +1,160 @@
+"""Where a snapshot reads a broker store from: a local directory or a remote host by SFTP.
+
+A source is only ever read: files are opened read-only (locally) or through SFTP reads,
+never written, renamed or locked. The SFTP source takes any client with paramiko's
+``SFTPClient`` methods (the DAG gets one from Airflow's ``SSHHook``), so this module needs
+no Airflow and no SSH library of its own.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import stat
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any, Protocol
+
+# struct flock on Linux x86_64/aarch64: short l_type, short l_whence, off_t l_start,
+# off_t l_len, pid_t l_pid (+ padding to 32 bytes).
+_FLOCK = struct.Struct("hhqqi4x")
+SFTP_REQUEST = 32 * 1024   # paramiko's largest single read; readv pipelines these
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """One regular file of the store: path relative to the store root (POSIX form)."""
+
+    relative: str
+    size: int
+    mtime_ns: int
+
+
+class FileReader(Protocol):
+    def read_at(self, offset: int, length: int) -> bytes: ...
+    def close(self) -> None: ...
+
+
+class StoreSource(Protocol):
+    """What the snapshot copier needs from a store, wherever it is."""
+
+    label: str   # for logs, errors and the manifest: a path or ssh://conn/path
+
+    def list_files(self) -> list[SourceFile]: ...
+    def open(self, relative: str) -> FileReader: ...
+    def lock_holder(self) -> str | None: ...
+    def close(self) -> None: ...
+
+
+class SourceError(OSError):
+    """The store cannot be read (missing root, permission, connection); names the place."""
+
+
+# --------------------------------------------------------------------------- local
+
+
+class _LocalReader:
+    def __init__(self, path: Path) -> None:
+        self.fd = os.open(path, os.O_RDONLY)
+
+    def read_at(self, offset: int, length: int) -> bytes:
+        return os.pread(self.fd, length, offset)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+class LocalSource:
+    """A store directory on this machine (or a read-only mount of the broker's volume)."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.label = str(self.root)
+
+    def list_files(self) -> list[SourceFile]:
+        if not self.root.is_dir():
+            raise SourceError(f"{self.root}: not a directory (is the store path right?)")
+        found = []
+        for directory, _dirs, names in os.walk(self.root):
+            for name in names:
+                path = Path(directory) / name
+                info = path.lstat()
+                if stat.S_ISREG(info.st_mode):
+                    found.append(SourceFile(path.relative_to(self.root).as_posix(),
+                                            info.st_size, info.st_mtime_ns))
+        return sorted(found, key=lambda f: f.relative)
+
+    def open(self, relative: str) -> FileReader:
+        return _LocalReader(self.root / relative)
+
+    def lock_holder(self) -> str | None:
+        """"pid N" when a process holds the store's ``lock`` file (a running broker).
+
+        Queried with ``F_GETLK``, which tests for a conflicting lock without taking one;
+        the broker locks with Java's ``FileChannel.tryLock``, an fcntl record lock.
+        """
+        path = self.root / "lock"
+        if not path.is_file():
+            return None
+        with open(path, "rb") as handle:
+            query = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+            answer = fcntl.fcntl(handle.fileno(), fcntl.F_GETLK, query)
+        kind, _whence, _start, _length, pid = _FLOCK.unpack(answer)
+        return None if kind == fcntl.F_UNLCK else f"pid {pid}"
+
+    def close(self) -> None:
+        pass
+
+
+# --------------------------------------------------------------------------- SFTP
+
+
+class _SftpReader:
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+
+    def read_at(self, offset: int, length: int) -> bytes:
+        # readv pipelines the 32 KiB requests instead of one round trip each.
+        requests = [(start, min(SFTP_REQUEST, offset + length - start))
+                    for start in range(offset, offset + length, SFTP_REQUEST)]
+        return b"".join(self.handle.readv(requests))
+
+    def close(self) -> None:
+        self.handle.close()
+
+
+class SftpSource:
+    """A store on another host, read through an SFTP client (paramiko's interface)."""
+
+    def __init__(self, sftp: Any, root: str, label: str) -> None:
+        self.sftp = sftp
+        self.root = PurePosixPath(root)
+        self.label = label
+
+    def list_files(self) -> list[SourceFile]:
+        try:
+            return sorted(self._walk(self.root), key=lambda f: f.relative)
+        except OSError as error:
+            raise SourceError(f"{self.label}: cannot list the store: {error}") from error
+
+    def _walk(self, directory: PurePosixPath) -> Iterator[SourceFile]:
+        for entry in self.sftp.listdir_attr(str(directory)):
+            path = directory / entry.filename
+            if stat.S_ISDIR(entry.st_mode):
+                yield from self._walk(path)
+            elif stat.S_ISREG(entry.st_mode):
+                # SFTP v3 carries whole seconds only.
+                yield SourceFile(str(path.relative_to(self.root)), entry.st_size,
+                                 int(entry.st_mtime) * 1_000_000_000)
+
+    def open(self, relative: str) -> FileReader:
+        return _SftpReader(self.sftp.open(str(self.root / relative), "rb"))
+
+    def lock_holder(self) -> str | None:
+        """Not visible over SFTP: the abort file is the sign of a running broker there."""
+        return None
+
+    def close(self) -> None:
+        self.sftp.close()
