@@ -21,7 +21,7 @@ RUN_DATE    ?= $(shell date -u +%F)
 SHELL       := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: setup run test lint lock jars stores default-store clean check-tools browser
+.PHONY: setup run test lint lock jars stores default-store clean check-tools browser sshd
 
 ## setup: virtualenv with the locked Python stack + Delta jars from Maven Central
 setup: $(INSTALLED) jars
@@ -87,9 +87,19 @@ browser:
 			{ apt-get update -qq && apt-get install -y -qq chromium; }; \
 		else echo "error: $(CHROMIUM) missing: apt-get install chromium (as root)"; exit 1; fi; }
 
+## sshd: Debian's OpenSSH server for the SFTP snapshot tests (tests/sshd.py starts it on a
+## loopback port with its own config). Installs only when missing (needs root).
+SSHD ?= /usr/sbin/sshd
+sshd:
+	@test -x $(SSHD) || { \
+		if [ "$$(id -u)" = 0 ]; then \
+			apt-get install -y -qq openssh-server >/dev/null 2>&1 || \
+			{ apt-get update -qq && apt-get install -y -qq openssh-server; }; \
+		else echo "error: $(SSHD) missing: apt-get install openssh-server (as root)"; exit 1; fi; }
+
 ## test: set up, then run the whole test suite
 # pytest exits 5 when it collects no tests; that alone must not fail CI.
-test: setup browser
+test: setup browser sshd
 	$(PY) -m pytest $(PYTEST_ARGS); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$status
 

@@ -13,9 +13,7 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
-
-from pyspark.sql import SparkSession
+from typing import TYPE_CHECKING, Any
 
 from jobs import tables as T
 from jobs.pipeline_config import BrokerSource, PipelineConfig
@@ -28,6 +26,9 @@ from jobs.snapshot import (
 )
 from jobs.store_source import LocalSource, SourceError, StoreSource
 from jobs.tables import Registry
+
+if TYPE_CHECKING:  # the DAG file imports this module while parsing: keep pyspark out
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +157,7 @@ def check_broker(spark: SparkSession, config: PipelineConfig, loaded: dict[str, 
 
     Skipped when the load added nothing and the snapshot's report exists: a re-run of the
     same logical date then changes nothing (the report is the check's last artefact)."""
-    from jobs.check import check_snapshot
+    from jobs.check import check_snapshot, format_outcome
 
     broker, snapshot_id = loaded["broker"], loaded["snapshot_id"]
     page = report_page(config, broker, snapshot_id)
@@ -168,10 +169,8 @@ def check_broker(spark: SparkSession, config: PipelineConfig, loaded: dict[str, 
     outcome = check_snapshot(spark, registry_for(spark, config), broker, snapshot_id,
                              rules_path=rules_path, output=config.checks_output)
     reconcile = outcome.reconcile
-    log.info("%s: snapshot %s checked: findings %s, lag %s, expectations %s, report %s",
-             broker, snapshot_id, dict(reconcile.findings_by_severity),
-             dict(reconcile.lag_by_status), "passed" if outcome.expectations.success
-             else f"{len(outcome.expectations.failures)} failed", outcome.report)
+    for line in format_outcome(outcome).splitlines():  # the check CLI's one-screen summary
+        log.info("%s: %s", broker, line)
     return {**_ids(loaded), "skipped": False, "report": str(outcome.report),
             "findings": dict(reconcile.findings_by_severity),
             "alert": outcome.alert.title if outcome.alert else None,

@@ -11,10 +11,12 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-
-from pyspark.sql import DataFrame, SparkSession
+from typing import TYPE_CHECKING
 
 from jobs.contracts import Contract, load_contracts, schema_drift
+
+if TYPE_CHECKING:  # the DAG imports the table names while parsing: no pyspark for that
+    from pyspark.sql import DataFrame, SparkSession
 
 DATABASE = "rmq"
 

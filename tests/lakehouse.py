@@ -37,13 +37,17 @@ def canonical(value: object) -> object:
     return value
 
 
-def table_content(registry: Registry, name: str) -> list[str]:
-    """Every row of a table as canonical JSON, sorted: equal lists = equal tables."""
-    rows = registry.read(name).collect()
+def table_content(registry: Registry, name: str, broker: str | None = None) -> list[str]:
+    """Every row of a table (of one broker) as canonical JSON, sorted: equal lists = equal
+    tables."""
+    frame = registry.read(name)
+    rows = (frame.where(frame.broker == broker) if broker else frame).collect()
     return sorted(json.dumps([canonical(v) for v in row], sort_keys=True, default=str)
                   for row in rows)
 
 
-def all_content(registry: Registry) -> dict[str, list[str]]:
+def all_content(registry: Registry, broker: str | None = None,
+                tables: tuple[str, ...] = TABLES) -> dict[str, list[str]]:
     """Content of every table except the audit log (which grows with every attempt)."""
-    return {name: table_content(registry, name) for name in TABLES if name != LOAD_RUNS}
+    return {name: table_content(registry, name, broker) for name in tables
+            if name != LOAD_RUNS}

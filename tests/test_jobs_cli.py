@@ -52,21 +52,9 @@ def test_a_directory_that_is_not_a_store_is_refused_in_one_line(tmp_path: Path) 
 
 
 @pytest.mark.spark
-@pytest.mark.broker
-def test_load_prints_a_json_summary_and_a_saved_query(broker_stores, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    store = broker_stores["v4-clean"] / "store"
-    result = run_jobs("--warehouse", str(tmp_path / "wh"), "load", "--broker", "b",
-                      "--snapshot-id", "s1", "--json", "--quiet", str(store))
-    assert result.returncode == 0, result.stderr
-    summary = json.loads(result.stdout)
-    assert summary["tables"]["messages"]["rows_added"] > 2000
-    assert summary["quarantined_bytes"] == 0 and not summary["skipped"]
-    again = run_jobs("--warehouse", str(tmp_path / "wh"), "load", "--broker", "b",
-                     "--snapshot-id", "s1", "--quiet", "--query", "volume_per_topic_hour",
-                     str(store))
-    assert again.returncode == 0, again.stderr
-    assert "already loaded, nothing changed" in again.stdout
-    assert "TopicBulk" in again.stdout and "saved query volume_per_topic_hour" in again.stdout
+def test_a_saved_query_without_its_parameter_is_refused(tmp_path: Path) -> None:
+    """(Loads through the CLI, their JSON summary and a saved query after a load are run by
+    test_load_faults' killed-driver test, which runs the CLI three times anyway.)"""
     bad = run_jobs("--warehouse", str(tmp_path / "wh"), "sql", "--saved", "message_by_key")
     assert bad.returncode == 3 and "missing ['key']" in bad.stderr
 
