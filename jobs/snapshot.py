@@ -239,6 +239,7 @@ class _Copier:
     def run(self) -> Manifest:
         started = time.monotonic()
         files = self.source.list_files()
+        self.manifest.notes += self.source.skipped
         self._note_broker_state(files)
         finished = self._finished_files(files)
         phases: dict[int, list[SourceFile]] = {}
@@ -361,9 +362,12 @@ class _Copier:
                           growth: Growth, start: int, digest: _ZeroAwareHash) -> tuple[int, int]:
         """Copy ``[start, data end)``; returns (data end, bytes read from the broker)."""
         position, last_nonzero_end = start, start
+        # Reads no bigger than the zero run that ends a file's data: a queue's zero tail
+        # costs 64 KiB, not a whole chunk.
+        step = min(CHUNK, growth.zero_run) if growth.zero_run else CHUNK
         while position < file.size:
             try:
-                chunk = reader.read_at(position, min(CHUNK, file.size - position))
+                chunk = reader.read_at(position, min(step, file.size - position))
             except OSError as error:
                 raise SnapshotError(f"{self.broker}: {self.source.label}/{file.relative}: "
                                     f"read at byte {position} failed: {error}") from error

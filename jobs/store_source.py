@@ -21,6 +21,7 @@ from typing import Any, Protocol
 # off_t l_len, pid_t l_pid (+ padding to 32 bytes).
 _FLOCK = struct.Struct("hhqqi4x")
 SFTP_REQUEST = 32 * 1024   # paramiko's largest single read; readv pipelines these
+MAX_DEPTH = 8              # a store is 4 levels deep at most (consumequeue/topic/queue/file)
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class StoreSource(Protocol):
     """What the snapshot copier needs from a store, wherever it is."""
 
     label: str   # for logs, errors and the manifest: a path or ssh://conn/path
+    skipped: list[str]  # what list_files found but cannot copy, with why
 
     def list_files(self) -> list[SourceFile]: ...
     def open(self, relative: str) -> FileReader: ...
@@ -72,18 +74,35 @@ class LocalSource:
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         self.label = str(self.root)
+        self.skipped: list[str] = []
 
     def list_files(self) -> list[SourceFile]:
+        """Regular files, following symbolic links (a commitlog directory on another disk
+        is often a link); anything else found is listed in ``skipped`` with why."""
         if not self.root.is_dir():
             raise SourceError(f"{self.root}: not a directory (is the store path right?)")
         found = []
-        for directory, _dirs, names in os.walk(self.root):
+        seen: set[tuple[int, int]] = set()
+        for directory, dirs, names in os.walk(self.root, followlinks=True):
+            info = os.stat(directory)
+            if (info.st_dev, info.st_ino) in seen:  # a link loop: walked already
+                self.skipped.append(f"{Path(directory).relative_to(self.root)}: directory "
+                                    "reached twice through links, not copied again")
+                dirs.clear()
+                continue
+            seen.add((info.st_dev, info.st_ino))
             for name in names:
                 path = Path(directory) / name
-                info = path.lstat()
+                relative = path.relative_to(self.root).as_posix()
+                try:
+                    info = path.stat()
+                except OSError as error:
+                    self.skipped.append(f"{relative}: cannot be read ({error})")
+                    continue
                 if stat.S_ISREG(info.st_mode):
-                    found.append(SourceFile(path.relative_to(self.root).as_posix(),
-                                            info.st_size, info.st_mtime_ns))
+                    found.append(SourceFile(relative, info.st_size, info.st_mtime_ns))
+                else:
+                    self.skipped.append(f"{relative}: not a regular file, not copied")
         return sorted(found, key=lambda f: f.relative)
 
     def open(self, relative: str) -> FileReader:
@@ -132,6 +151,7 @@ class SftpSource:
         self.sftp = sftp
         self.root = PurePosixPath(root)
         self.label = label
+        self.skipped: list[str] = []
 
     def list_files(self) -> list[SourceFile]:
         try:
@@ -139,15 +159,23 @@ class SftpSource:
         except OSError as error:
             raise SourceError(f"{self.label}: cannot list the store: {error}") from error
 
-    def _walk(self, directory: PurePosixPath) -> Iterator[SourceFile]:
+    def _walk(self, directory: PurePosixPath, depth: int = 0) -> Iterator[SourceFile]:
         for entry in self.sftp.listdir_attr(str(directory)):
             path = directory / entry.filename
+            relative = str(path.relative_to(self.root))
+            if stat.S_ISLNK(entry.st_mode):  # follow it, as the local source does
+                entry = self.sftp.stat(str(path))
             if stat.S_ISDIR(entry.st_mode):
-                yield from self._walk(path)
+                if depth >= MAX_DEPTH:
+                    self.skipped.append(f"{relative}: deeper than {MAX_DEPTH} directories "
+                                        "(a link loop?), not copied")
+                else:
+                    yield from self._walk(path, depth + 1)
             elif stat.S_ISREG(entry.st_mode):
                 # SFTP v3 carries whole seconds only.
-                yield SourceFile(str(path.relative_to(self.root)), entry.st_size,
-                                 int(entry.st_mtime) * 1_000_000_000)
+                yield SourceFile(relative, entry.st_size, int(entry.st_mtime) * 1_000_000_000)
+            else:
+                self.skipped.append(f"{relative}: not a regular file, not copied")
 
     def open(self, relative: str) -> FileReader:
         return _SftpReader(self.sftp.open(str(self.root / relative), "rb"))

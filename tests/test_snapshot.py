@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import stat
 import subprocess
@@ -34,7 +35,9 @@ IDS = ("2026-11-20T0200Z", "2026-11-21T0200Z", "2026-11-22T0200Z")
 
 
 def files_of(root: Path) -> dict[str, Path]:
-    return {p.relative_to(root).as_posix(): p for p in sorted(root.rglob("*")) if p.is_file()}
+    """Every file under root, through symbolic links too."""
+    paths = [Path(d) / n for d, _, names in os.walk(root, followlinks=True) for n in names]
+    return {p.relative_to(root).as_posix(): p for p in sorted(paths) if p.is_file()}
 
 
 def assert_identical(source: Path, copy: Path) -> None:
@@ -165,6 +168,25 @@ def test_retention_keeps_the_newest_and_recent_snapshots(broker_stores, tmp_path
         assert verify_snapshot(tmp_path, "b", snapshot_id) == []
     # Even past its retention, the newest snapshot stays: the next one reuses its files.
     assert clean_up_snapshots(tmp_path, "b", "2026-12-31T0200Z", 1).kept == [ids[-1]]
+
+
+def test_a_linked_commitlog_directory_is_copied_and_odd_files_are_noted(
+        broker_stores, tmp_path):  # type: ignore[no-untyped-def]
+    """A commitlog on another disk behind a symbolic link (common) is followed, not
+    silently left out; a file that cannot be copied (a FIFO) is named in the notes."""
+    store = tmp_path / "store"
+    shutil.copytree(broker_stores["v4-clean"] / "store", store)
+    shutil.move(store / "commitlog", tmp_path / "other-disk")
+    (store / "commitlog").symlink_to(tmp_path / "other-disk")
+    os.mkfifo(store / "config" / "a-fifo")
+    manifest = take_snapshot(LocalSource(store), tmp_path / "snapshots", "b", IDS[0])
+    copy = snapshot_store(tmp_path / "snapshots", "b", IDS[0])
+    assert not (copy / "commitlog").is_symlink()
+    assert sum(1 for f in manifest.files if f.kind == "commitlog") == len(
+        list((tmp_path / "other-disk").iterdir())) > 0
+    assert any("config/a-fifo: not a regular file" in note for note in manifest.notes)
+    (store / "config" / "a-fifo").unlink()
+    assert_identical(store, copy)
 
 
 def test_a_missing_store_is_a_clear_error(tmp_path):  # type: ignore[no-untyped-def]
