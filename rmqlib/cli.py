@@ -21,19 +21,20 @@ import traceback
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rmqlib import config as cfg
-from rmqlib.checkpoint import read_checkpoint
-from rmqlib.commitlog import CommitLogRecord, read_record_at, scan_segment, scan_store
-from rmqlib.consumequeue import CQ_UNIT_SIZE, decode_cq_file
 from rmqlib.errors import StoreError
-from rmqlib.indexfile import IndexFile, list_index_files
-from rmqlib.inventory import take_inventory
-from rmqlib.msgid import decode_offset_msg_id
-from rmqlib.segments import list_segments
-from rmqlib.verify import verify_store
 
+# Each command imports the decoders it needs when it runs: `rmq --help` and the small
+# dumps (config, checkpoint) start without numpy, pyarrow or pandas.
+if TYPE_CHECKING:
+    from rmqlib.accounting import FileAccount
+    from rmqlib.commitlog import CommitLogRecord
+    from rmqlib.dump import Output, Window
+
+# 0 clean; 1 findings (verify: an invariant broken; dump: unreadable bytes met; get: no
+# match); 2 bad command line; 3 bad input (a path that is not a store file, a corrupt
+# header); 4 internal error.
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3, 4
 
 
@@ -58,7 +59,7 @@ def millis(value: int) -> str:
 def record_row(record: CommitLogRecord, with_body: bool = False) -> dict[str, Any]:
     """A record as a JSON-ready dict: every header field, properties, body digest."""
     row: dict[str, Any] = {
-        "file": record.path, "position": record.position,
+        "kind": "record", "file": record.path, "position": record.position,
         "physical_offset": record.physical_offset, "total_size": record.total_size,
         "message_version": record.version, "topic": record.topic, "queue_id": record.queue_id,
         "queue_offset": record.queue_offset, "sysflag": record.sysflag,
@@ -73,7 +74,11 @@ def record_row(record: CommitLogRecord, with_body: bool = False) -> dict[str, An
         "body_length": record.body_length, "body_crc": record.body_crc,
         "body_crc_ok": record.body_crc_ok, "property_crc_ok": record.property_crc_ok,
     }
-    body = record.decompressed_body()
+    try:
+        body = record.decompressed_body()
+    except StoreError as error:  # a damaged compressed body: say so, show the stored bytes
+        body = record.body
+        row["body_error"] = str(error)
     row["body_sha256"] = hashlib.sha256(body).hexdigest()
     if with_body:
         try:
@@ -114,6 +119,8 @@ def existing(path: str) -> Path:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
+    from rmqlib.inventory import take_inventory
+
     inventory = take_inventory(existing(args.store))
     summary = {
         "store": str(inventory.root), "generation": inventory.generation,
@@ -140,48 +147,142 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- dump
 
 
+def _dump(args: argparse.Namespace, noun: str,
+          files: Callable[[Window, Output], Iterator[tuple[FileAccount, int]]]) -> int:
+    """Run one dump: items and regions of each file, then the account line."""
+    from rmqlib.dump import Output, Totals, Window
+
+    out, window, totals = Output(args.json), Window(args.offset, args.limit), Totals(noun)
+    try:
+        for account, items in files(window, out):
+            totals.add(account, items)
+            if window.full:
+                break
+        totals.stopped = window.full
+        out.item(totals.row, totals.text)
+    finally:
+        out.flush()
+    return EXIT_FINDINGS if out.unreadable else EXIT_OK
+
+
+def _show(window: Window, out: Output, item: Any, row: Callable[[], dict[str, Any]],
+          text: Callable[[], str]) -> bool:
+    """Show a region, or an item inside the window; False once the window is full."""
+    from rmqlib.dump import Region
+
+    if isinstance(item, Region):
+        if window.seen >= window.offset:
+            out.region(item)
+        return True
+    if window.take():
+        out.item(row, text)
+    return not window.full
+
+
 def dump_commitlog(args: argparse.Namespace) -> int:
+    from rmqlib.commitlog import scan_segment
+    from rmqlib.commitlog_walk import Gap
+    from rmqlib.dump import BLANK, UNREADABLE, ZERO_TAIL, Region
+    from rmqlib.segments import list_segments
+
     path = existing(args.path)
-    crc = not args.no_crc
     if path.is_file():
-        records: Iterable[CommitLogRecord] = scan_segment(path, verify_crc=crc)
+        files = [path]
     else:
         directory = path / "commitlog" if (path / "commitlog").is_dir() else path
-        records = scan_store(directory, verify_crc=crc)
-    for record in window(records, args.offset, args.limit):
-        emit(args, record_row(record, args.body), record_line(record))
-    return EXIT_OK
+        files = [segment.path for segment in list_segments(directory)]
+    kinds = {"zero tail": ZERO_TAIL, "blank": BLANK}
+
+    def each(window: Window, out: Output) -> Iterator[tuple[FileAccount, int]]:
+        for file in files:
+            scan = scan_segment(file, verify_crc=not args.no_crc)
+            for item in scan.interleaved():
+                if isinstance(item, Gap):
+                    item = Region(str(file), item.offset, item.length,
+                                  kinds.get(item.kind.value, UNREADABLE),
+                                  f"{item.kind.value}: {item.reason}")
+                    shown = _show(window, out, item, item.row, item.text)
+                else:
+                    record = item
+                    shown = _show(window, out, record,
+                                  lambda r=record: record_row(r, args.body),
+                                  lambda r=record: record_line(r))
+                if not shown:
+                    return
+            yield scan.account, scan.result.records
+
+    return _dump(args, "records", each)
 
 
 def dump_consumequeue(args: argparse.Namespace) -> int:
+    from rmqlib.consumequeue import decode_cq_file
+    from rmqlib.dump import Region, account_regions, merged
+    from rmqlib.segments import list_segments
+
     path = existing(args.path)
     files = [path] if path.is_file() else [seg.path for seg in list_segments(path)]
-    def units() -> Iterator[tuple[str, Any]]:
+
+    def each(window: Window, out: Output) -> Iterator[tuple[FileAccount, int]]:
         for file in files:
             decode = decode_cq_file(file)
-            for unit in decode.units():
-                yield decode.path, unit
+            units = ((unit.file_position, unit) for unit in decode.units())
+            for _position, item in merged(units, account_regions(decode.account)):
+                row = {} if isinstance(item, Region) else {
+                    "kind": "unit", "file": decode.path, **dataclasses.asdict(item)}
+                if not _show(window, out, item, lambda r=row: r,
+                             lambda r=row: " ".join(f"{k}: {v}" for k, v in r.items()
+                                                    if k != "kind")):
+                    return
+            yield decode.account, decode.count
 
-    for file, unit in window(units(), args.offset, args.limit):
-        row = {"file": file, **dataclasses.asdict(unit)}
-        emit(args, row, " ".join(f"{key}: {value}" for key, value in row.items()))
-    return EXIT_OK
+    return _dump(args, "units", each)
 
 
 def dump_index(args: argparse.Namespace) -> int:
+    from rmqlib.dump import BLANK, Region, account_regions, merged
+    from rmqlib.indexfile import (
+        INDEX_ENTRY_SIZE,
+        INDEX_HEADER_SIZE,
+        INDEX_SLOT_SIZE,
+        IndexFile,
+        list_index_files,
+    )
+
     path = existing(args.path)
     files = [path] if path.is_file() else [info.path for info in list_index_files(path).files]
-    for file in files:
-        with IndexFile.open(file) as index:
-            header = {"file": str(file), **dataclasses.asdict(index.header)}
-            emit(args, {"header": header}, " ".join(f"{k}: {v}" for k, v in header.items()))
-            for entry in window(index.entries(), args.offset, args.limit):
-                row = dataclasses.asdict(entry)
-                emit(args, row, " ".join(f"{key}: {value}" for key, value in row.items()))
-    return EXIT_OK
+
+    def each(window: Window, out: Output) -> Iterator[tuple[FileAccount, int]]:
+        for file in files:
+            with IndexFile.open(file) as index:
+                geometry, account = index.geometry, index.account()
+                header = {"kind": "header", "file": str(file), **dataclasses.asdict(index.header)}
+                out.item(lambda h=header: h,
+                         lambda h=header: " ".join(f"{k}: {v}" for k, v in h.items()
+                                                   if k != "kind"))
+                used = index.header.hash_slot_count
+                slots = Region(str(file), INDEX_HEADER_SIZE,
+                               geometry.hash_slot_num * INDEX_SLOT_SIZE, "slots",
+                               f"hash slot table, not listed: {used} used, "
+                               f"{geometry.hash_slot_num - used} empty (blank)")
+                unused = Region(str(file), geometry.entries_offset, INDEX_ENTRY_SIZE, BLANK,
+                                "entry 0 is never used")
+                entries = ((geometry.entry_position(e.number), e) for e in index.entries())
+                regions = [slots, unused, *account_regions(account)]
+                for _position, item in merged(entries, regions):
+                    row = {} if isinstance(item, Region) else {"kind": "entry",
+                                                                **dataclasses.asdict(item)}
+                    if not _show(window, out, item, lambda r=row: r,
+                                 lambda r=row: " ".join(f"{k}: {v}" for k, v in r.items()
+                                                        if k != "kind")):
+                        return
+                yield account, index.entry_count
+
+    return _dump(args, "entries", each)
 
 
 def dump_config(args: argparse.Namespace) -> int:
+    from rmqlib import config as cfg
+
     path = existing(args.path)
     files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
     for file in files:
@@ -196,13 +297,24 @@ def dump_config(args: argparse.Namespace) -> int:
 
 
 def dump_checkpoint(args: argparse.Namespace) -> int:
+    from rmqlib.checkpoint import read_checkpoint
+    from rmqlib.dump import account_regions
+
     path = existing(args.path)
-    state = read_checkpoint(path / "checkpoint" if path.is_dir() else path)
-    row = {k: v for k, v in dataclasses.asdict(state).items() if k != "account"}
-    text = "\n".join(f"{key}: {value}" + (f" ({millis(value)})" if "timestamp" in key and value
-                                            else "") for key, value in row.items())
-    emit(args, row, text)
-    return EXIT_OK
+    file = path / "checkpoint" if path.is_dir() else path
+
+    def each(window: Window, out: Output) -> Iterator[tuple[FileAccount, int]]:
+        state = read_checkpoint(file)
+        row = {"kind": "checkpoint", **{k: v for k, v in dataclasses.asdict(state).items()
+                                        if k != "account"}}
+        out.item(lambda: row, lambda: "\n".join(
+            f"{key}: {value}" + (f" ({millis(value)})" if "timestamp" in key and value
+                                 else "") for key, value in row.items() if key != "kind"))
+        for region in account_regions(state.account):
+            out.region(region)
+        yield state.account, 1
+
+    return _dump(args, "checkpoints", each)
 
 
 DUMPERS: dict[str, Callable[[argparse.Namespace], int]] = {
@@ -220,6 +332,9 @@ def cmd_dump(args: argparse.Namespace) -> int:
 
 def find_by_queue(store: Path, topic: str, queue_id: int, queue_offset: int) -> int:
     """Physical offset of the unit at ``queue_offset`` of ``topic``/``queue_id``."""
+    from rmqlib.consumequeue import CQ_UNIT_SIZE, decode_cq_file
+    from rmqlib.segments import list_segments
+
     queue_dir = store / "consumequeue" / topic / str(queue_id)
     byte_offset = queue_offset * CQ_UNIT_SIZE
     for segment in list_segments(existing(str(queue_dir))):
@@ -233,6 +348,8 @@ def find_by_queue(store: Path, topic: str, queue_id: int, queue_offset: int) -> 
 
 def find_by_key(store: Path, topic: str, key: str) -> list[int]:
     """Physical offsets the index lists for ``topic#key`` (hash matches, unconfirmed)."""
+    from rmqlib.indexfile import IndexFile, list_index_files
+
     offsets: list[int] = []
     for info in list_index_files(store / "index").files:
         with IndexFile.open(info.path) as index:
@@ -241,11 +358,15 @@ def find_by_key(store: Path, topic: str, key: str) -> list[int]:
 
 
 def records_for(store: Path, offsets: Iterable[int]) -> Iterator[CommitLogRecord]:
+    from rmqlib.commitlog import read_record_at
+
     for offset in offsets:
         yield read_record_at(store / "commitlog", offset)
 
 
 def cmd_get(args: argparse.Namespace) -> int:
+    from rmqlib.commitlog import read_record_at
+
     store = existing(args.store)
     matches: list[CommitLogRecord]
     if args.phys is not None:
@@ -274,6 +395,9 @@ def cmd_get(args: argparse.Namespace) -> int:
 def get_by_msg_id(store: Path, msg_id: str, topic: str | None) -> list[CommitLogRecord]:
     """An offsetMsgId names its record's offset; a UNIQ_KEY is found via the index
     (with --topic) or, without a topic, by scanning the commitlog."""
+    from rmqlib.commitlog import read_record_at, scan_store
+    from rmqlib.msgid import decode_offset_msg_id
+
     try:
         decoded = decode_offset_msg_id(msg_id)
         record = read_record_at(store / "commitlog", decoded.commitlog_offset)
@@ -292,6 +416,8 @@ def get_by_msg_id(store: Path, msg_id: str, topic: str | None) -> list[CommitLog
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from rmqlib.verify import verify_store
+
     report = verify_store(existing(args.store), verify_crc=not args.no_crc)
     if args.json:
         for finding in report.findings:

@@ -440,6 +440,7 @@ class GapKind(Enum):
     ZERO_TAIL = "zero tail"  # unwritten zeros after the last valid frame
     TORN_TAIL = "torn tail"  # non-zero bytes after the last valid frame: logical end
     CORRUPT = "corrupt"  # invalid bytes followed by valid records: damage
+    BLANK = "blank"  # a BLANK frame (end-of-file filler): only in interleaved scans
 
 
 @dataclass(frozen=True)
@@ -509,6 +510,7 @@ class RangeWalk:
         self.window_size = window_size
         self.max_run = max_run
         self._result: ScanResult | None = None
+        self.live: ScanResult | None = None
 
     @property
     def result(self) -> ScanResult:
@@ -528,6 +530,7 @@ class RangeWalk:
             self._result = self._new_result(end)
             return
         result = self._new_result(pos)
+        self.live = result  # readable while walking: gaps and BLANKs found so far
         window: Window | None = None
         reloaded_at = -1
         while pos < size:
@@ -638,9 +641,18 @@ class SegmentRangeScan(Generic[Item]):
         self._started = True
         return self._scan()
 
-    def _scan(self) -> Iterator[Item]:
+    def interleaved(self) -> Iterator[Item | Gap]:
+        """Iterate the items with every gap and BLANK (a ``Gap`` of kind ``BLANK``) at its
+        place in file order: what a dump prints so that no byte goes unmentioned."""
+        if self._started:
+            raise RuntimeError(f"a {type(self).__name__} can be iterated only once")
+        self._started = True
+        return self._scan(regions=True)
+
+    def _scan(self, regions: bool = False) -> Iterator[Item | Gap]:
         crc_failures: list[int] = []
         prop_failures: list[int] = []
+        shown = [0, 0]  # gaps and blanks already yielded
         with SegmentFile(self.path, self.base_offset) as seg:
             walk = RangeWalk(seg, self.start, self.end, window_size=self.window_size,
                              max_run=self.max_run)
@@ -648,8 +660,12 @@ class SegmentRangeScan(Generic[Item]):
                 items, bad_body, bad_props = self.decode_run(run, seg)
                 crc_failures.extend(bad_body)
                 prop_failures.extend(bad_props)
+                if regions and walk.live is not None:  # what the walk met before this run
+                    yield from _new_regions(walk.live, shown)
                 yield from items
             result = walk.result
+            if regions:
+                yield from _new_regions(result, shown)
         result.body_crc_failures = crc_failures
         result.property_crc_failures = prop_failures
         self._result = result
@@ -663,3 +679,12 @@ class SegmentRangeScan(Generic[Item]):
     @property
     def account(self) -> FileAccount:
         return self.result.account
+
+
+def _new_regions(result: ScanResult, shown: list[int]) -> list[Gap]:
+    """Gaps and BLANKs of ``result`` not yielded yet, in file order; updates ``shown``."""
+    gaps = result.gaps[shown[0]:]
+    blanks = [Gap(at, L.BLANK_RECORD_LENGTH, GapKind.BLANK, "end-of-file filler (BLANK)")
+              for at in result.blanks[shown[1]:]]
+    shown[0], shown[1] = len(result.gaps), len(result.blanks)
+    return sorted(gaps + blanks, key=lambda gap: gap.offset)

@@ -8,10 +8,12 @@ same way: missing/unreadable paths become :class:`NotAStoreFileError`, never a r
 from __future__ import annotations
 
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from rmqlib.errors import NotAStoreFileError
+
+if TYPE_CHECKING:  # imported where used: `rmq dump checkpoint` starts without numpy
+    import numpy as np
 
 
 def read_bytes(path: str | Path) -> bytes:
@@ -57,6 +59,8 @@ def has_nonzero_after(path: str | Path, position: int, stop: int | None = None,
 
 def runs(mask: np.ndarray) -> list[tuple[int, int]]:
     """(start, length) of each run of True in a 1-D boolean array."""
+    import numpy as np
+
     if mask.size == 0:
         return []
     padded = np.concatenate(([False], mask, [False])).astype(np.int8)

@@ -1,0 +1,163 @@
+"""`rmq dump` never hides a byte: every record, unit or entry and every other region of a
+file is printed at its place, then an account; unreadable bytes give exit code 1.
+Run on copies of real-broker files, damaged the ways a disk or a hot copy damages them."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rmqlib.cli import EXIT_FINDINGS, EXIT_OK, main
+from rmqlib.commitlog import scan_segment
+from rmqlib.consumequeue import CQ_UNIT_SIZE
+
+pytestmark = pytest.mark.broker
+
+
+def dump(capsys, *argv: str) -> tuple[int, list[dict]]:  # type: ignore[no-untyped-def]
+    code = main(["dump", *argv, "--json"])
+    return code, [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def spans(rows: list[dict]) -> list[tuple[int, int, str]]:
+    """(offset, length, what) of every record and region, in printed order."""
+    found = []
+    for row in rows:
+        if row["kind"] == "region":
+            found.append((row["offset"], row["length"], row["region"]))
+        elif "total_size" in row:
+            found.append((row["position"], row["total_size"], "record"))
+    return found
+
+
+def assert_tiles(rows: list[dict], size: int) -> None:
+    """Printed in file order, no overlap, no gap: every byte exactly once."""
+    position = 0
+    for offset, length, what in spans(rows):
+        assert offset == position, f"{what} at {offset}, expected {position}"
+        position += length
+    assert position == size
+    account = rows[-1]
+    assert account["kind"] == "account" and account["complete"]
+    assert (account["decoded_bytes"] + account["blank_bytes"] + account["unreadable_bytes"]
+            + account["zero_tail_bytes"]) == size
+
+
+@pytest.fixture
+def segment(broker_stores, tmp_path) -> Path:  # type: ignore[no-untyped-def]
+    source = broker_stores["v5-clean"] / "store" / "commitlog" / "00000000000000000000"
+    return Path(shutil.copy(source, tmp_path / source.name))
+
+
+def test_a_clean_segment_dumps_every_byte_and_exits_0(capsys, segment) -> None:  # type: ignore[no-untyped-def]
+    code, rows = dump(capsys, "commitlog", str(segment))
+    assert code == EXIT_OK
+    assert_tiles(rows, segment.stat().st_size)
+    assert rows[-1]["records"] == sum(1 for _ in scan_segment(segment))
+    assert rows[-1]["unreadable_bytes"] == 0 and rows[-1]["blank_bytes"] == 8
+
+
+def test_a_segment_of_random_bytes_is_one_unreadable_region_and_exits_1(capsys, segment) -> None:  # type: ignore[no-untyped-def]
+    size = segment.stat().st_size
+    segment.write_bytes(random.Random(7).randbytes(size))
+    code, rows = dump(capsys, "commitlog", str(segment))
+    assert code == EXIT_FINDINGS
+    assert rows[-1]["records"] == 0 and rows[-1]["unreadable_bytes"] == size
+    assert_tiles(rows, size)
+    assert main(["dump", "commitlog", str(segment)]) == EXIT_FINDINGS
+    text = capsys.readouterr().out.splitlines()
+    assert text[0].startswith("-- unreadable: ") and f"length: {size}" in text[0]
+    assert text[-1].startswith("account: 1 file(s), 0 records")
+
+
+def test_a_damaged_header_mid_segment_is_printed_where_it_is(capsys, segment) -> None:  # type: ignore[no-untyped-def]
+    records = list(scan_segment(segment))
+    victim = records[len(records) // 2]
+    with open(segment, "r+b") as handle:
+        handle.seek(victim.position + 4)  # the magic code
+        handle.write(b"\x00\x11\x22\x33")
+    code, rows = dump(capsys, "commitlog", str(segment))
+    assert code == EXIT_FINDINGS
+    assert_tiles(rows, segment.stat().st_size)
+    printed = spans(rows)
+    hole = next(i for i, (_, _, what) in enumerate(printed) if what == "unreadable")
+    assert printed[hole][:2] == (victim.position, victim.total_size)
+    assert printed[hole - 1][2] == printed[hole + 1][2] == "record"  # between its neighbours
+    assert rows[-1]["records"] == len(records) - 1
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(damage=st.lists(st.tuples(st.integers(0, 2**20 - 1), st.binary(min_size=1, max_size=64)),
+                       min_size=1, max_size=6))
+def test_any_damage_still_tiles_the_file_and_sets_the_exit_code(
+        capsys, broker_stores, tmp_path, damage) -> None:  # type: ignore[no-untyped-def]
+    """Bytes overwritten anywhere (headers, bodies, the zero tail): the dump still prints
+    every byte exactly once, and exits 1 exactly when it printed an unreadable region."""
+    name = "00000000000000000000"
+    data = bytearray((broker_stores["v5-clean"] / "store" / "commitlog" / name).read_bytes())
+    for at, junk in damage:
+        data[at:at + len(junk)] = junk[:max(0, len(data) - at)]
+    damaged = tmp_path / name
+    damaged.write_bytes(bytes(data))
+    code, rows = dump(capsys, "commitlog", str(damaged))
+    assert_tiles(rows, len(data))
+    unreadable = any(r["kind"] == "region" and r["region"] == "unreadable" for r in rows)
+    assert code == (EXIT_FINDINGS if unreadable else EXIT_OK)
+
+
+def test_a_consume_queue_with_a_zeroed_unit_shows_it_inline(
+        capsys, broker_stores, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    source = broker_stores["v5-clean"] / "store" / "consumequeue" / "TopicNormal" / "0"
+    queue = tmp_path / "0"
+    shutil.copytree(source, queue)
+    file = sorted(queue.iterdir())[0]
+    data = bytearray(file.read_bytes())
+    data[10 * CQ_UNIT_SIZE:11 * CQ_UNIT_SIZE] = bytes(CQ_UNIT_SIZE)
+    file.write_bytes(bytes(data))
+    code, rows = dump(capsys, "consumequeue", str(queue))
+    assert code == EXIT_FINDINGS
+    regions = [r for r in rows if r["kind"] == "region"]
+    assert regions[0]["region"] == "unreadable" and regions[0]["offset"] == 10 * CQ_UNIT_SIZE
+    units = [r for r in rows if r["kind"] == "unit"]
+    before = [r for r in rows[:rows.index(regions[0])] if r["kind"] == "unit"]
+    assert len(before) == 10 and units[10]["file_position"] == 11 * CQ_UNIT_SIZE
+    account = rows[-1]
+    assert (account["decoded_bytes"] + account["blank_bytes"] + account["unreadable_bytes"]
+            + account["zero_tail_bytes"]) == len(data)
+
+
+def test_index_and_checkpoint_dumps_account_for_their_files(
+        capsys, broker_stores, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    store = broker_stores["v5-clean"] / "store"
+    index = sorted((store / "index").iterdir())[0]
+    code, rows = dump(capsys, "index", str(index))
+    assert code == EXIT_OK
+    account = rows[-1]
+    assert account["files"] == 1 and account["entries"] > 0
+    assert (account["decoded_bytes"] + account["blank_bytes"] + account["unreadable_bytes"]
+            + account["zero_tail_bytes"]) == index.stat().st_size
+    assert [r["region"] for r in rows if r["kind"] == "region"][:2] == ["slots", "blank"]
+
+    checkpoint = tmp_path / "checkpoint"
+    data = bytearray((store / "checkpoint").read_bytes())
+    data[2000:2004] = b"junk"
+    checkpoint.write_bytes(bytes(data))
+    code, rows = dump(capsys, "checkpoint", str(checkpoint))
+    assert code == EXIT_FINDINGS
+    regions = [r for r in rows if r["kind"] == "region"]
+    assert [(r["region"], r["offset"]) for r in regions if r["region"] == "unreadable"] == [
+        ("unreadable", 2000)]
+
+
+def test_a_limited_dump_says_its_account_is_partial(capsys, segment) -> None:  # type: ignore[no-untyped-def]
+    code, rows = dump(capsys, "commitlog", str(segment), "--limit", "3")
+    assert code == EXIT_OK
+    assert sum(1 for r in rows if "total_size" in r) == 3
+    assert rows[-1]["kind"] == "account" and not rows[-1]["complete"]
