@@ -20,6 +20,7 @@ import sys
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
+from json.encoder import encode_basestring as _encode_string  # C, ensure_ascii=False
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -86,6 +87,46 @@ def record_row(record: CommitLogRecord, with_body: bool = False) -> dict[str, An
         except UnicodeDecodeError:
             row["body_base64"] = base64.b64encode(body).decode("ascii")
     return row
+
+
+def _json_text(value: str | None) -> str:
+    return "null" if value is None else _encode_string(value)
+
+
+_JSON_FLAG = {None: "null", True: "true", False: "false"}
+
+
+def record_json(record: CommitLogRecord, with_body: bool = False) -> str:
+    """``record_row`` as one JSON line, formatted field by field: the same object
+    (tests/test_dump.py parses both and compares) at the speed a dump needs. Numbers are
+    written as they are, strings through json's C string encoder."""
+    s = _encode_string
+    properties = ", ".join([f"{s(k)}: {s(v)}" for k, v in record.properties.items()])
+    keys = ", ".join([s(k) for k in record.keys])
+    compression = record.compression
+    head = (
+        f'{{"kind": "record", "file": {s(record.path)}, "position": {record.position}, '
+        f'"physical_offset": {record.physical_offset}, "total_size": {record.total_size}, '
+        f'"message_version": {record.version}, "topic": {s(record.topic)}, '
+        f'"queue_id": {record.queue_id}, "queue_offset": {record.queue_offset}, '
+        f'"sysflag": {record.sysflag}, "transaction_type": "{record.transaction_type.name}", '
+        f'"compression": {"null" if compression is None else compression}, '
+        f'"flag": {record.flag}, "born_timestamp": {record.born_timestamp}, '
+        f'"born_host": "{record.born_address}", "store_timestamp": {record.store_timestamp}, '
+        f'"store_host": "{record.store_address}", '
+        f'"reconsume_times": {record.reconsume_times}, '
+        f'"prepared_transaction_offset": {record.prepared_transaction_offset}, '
+        f'"tags": {_json_text(record.tags)}, "keys": [{keys}], '
+        f'"uniq_key": {_json_text(record.uniq_key)}, '
+        f'"offset_msg_id": "{record.offset_msg_id}", "properties": {{{properties}}}, '
+        f'"body_length": {record.body_length}, "body_crc": {record.body_crc}, '
+        f'"body_crc_ok": {_JSON_FLAG[record.body_crc_ok]}, '
+        f'"property_crc_ok": {_JSON_FLAG[record.property_crc_ok]}')
+    if compression is None and not with_body:  # the common case: no decoding
+        return f'{head}, "body_sha256": "{hashlib.sha256(record.body).hexdigest()}"}}'
+    rest = record_row(record, with_body)
+    tail = {k: rest[k] for k in ("body_error", "body_sha256", "body", "body_base64") if k in rest}
+    return f"{head}, {json.dumps(tail, ensure_ascii=False)[1:]}"
 
 
 def record_line(record: CommitLogRecord) -> str:
@@ -198,44 +239,70 @@ def dump_commitlog(args: argparse.Namespace) -> int:
             scan = scan_segment(file, verify_crc=not args.no_crc)
             for item in scan.interleaved():
                 if isinstance(item, Gap):
-                    item = Region(str(file), item.offset, item.length,
-                                  kinds.get(item.kind.value, UNREADABLE),
-                                  f"{item.kind.value}: {item.reason}")
-                    shown = _show(window, out, item, item.row, item.text)
-                else:
-                    record = item
-                    shown = _show(window, out, record,
-                                  lambda r=record: record_row(r, args.body),
-                                  lambda r=record: record_line(r))
-                if not shown:
+                    region = Region(str(file), item.offset, item.length,
+                                    kinds.get(item.kind.value, UNREADABLE),
+                                    f"{item.kind.value}: {item.reason}")
+                    _show(window, out, region, region.row, region.text)
+                    continue
+                if window.take():  # the hot path: one line per record, nothing else
+                    out.line(record_json(item, args.body) if out.as_json
+                             else record_line(item))
+                if window.full:
                     return
             yield scan.account, scan.result.records
 
     return _dump(args, "records", each)
 
 
-def dump_consumequeue(args: argparse.Namespace) -> int:
-    from rmqlib.consumequeue import decode_cq_file
-    from rmqlib.dump import Region, account_regions, merged
+def _dump_unit_files(args: argparse.Namespace, noun: str, decode_file: Callable[[Path], Any],
+                     rows: Callable[[Any], Iterable[dict[str, Any]]]) -> int:
+    """Dump queue-like files (consume queue, batch consume queue, ext): their units with
+    every region of the file's account between them."""
+    from rmqlib.dump import account_regions, merged
     from rmqlib.segments import list_segments
 
     path = existing(args.path)
     files = [path] if path.is_file() else [seg.path for seg in list_segments(path)]
 
+    def text(row: dict[str, Any]) -> str:
+        return " ".join(f"{k}: {v}" for k, v in row.items() if k != "kind")
+
     def each(window: Window, out: Output) -> Iterator[tuple[FileAccount, int]]:
         for file in files:
-            decode = decode_cq_file(file)
-            units = ((unit.file_position, unit) for unit in decode.units())
+            decode = decode_file(Path(file))
+            units = ((row["file_position"], row) for row in rows(decode))
+            count = 0
             for _position, item in merged(units, account_regions(decode.account)):
-                row = {} if isinstance(item, Region) else {
-                    "kind": "unit", "file": decode.path, **dataclasses.asdict(item)}
-                if not _show(window, out, item, lambda r=row: r,
-                             lambda r=row: " ".join(f"{k}: {v}" for k, v in r.items()
-                                                    if k != "kind")):
+                row = item if isinstance(item, dict) else {}
+                count += bool(row)
+                if not _show(window, out, item, lambda r=row: r, lambda r=row: text(r)):
                     return
-            yield decode.account, decode.count
+            yield decode.account, count
 
-    return _dump(args, "units", each)
+    return _dump(args, noun, each)
+
+
+def dump_consumequeue(args: argparse.Namespace) -> int:
+    from rmqlib.consumequeue import decode_cq_file
+
+    return _dump_unit_files(args, "units", decode_cq_file, lambda decode: (
+        {"kind": "unit", "file": decode.path, **dataclasses.asdict(unit)}
+        for unit in decode.units()))
+
+
+def dump_batchconsumequeue(args: argparse.Namespace) -> int:
+    from rmqlib.batchconsumequeue import decode_bcq_file
+
+    return _dump_unit_files(args, "units", decode_bcq_file, lambda decode: (
+        {"kind": "unit", **row} for row in decode.to_record_batch().to_pylist()))
+
+
+def dump_consumequeue_ext(args: argparse.Namespace) -> int:
+    from rmqlib.consumequeue_ext import decode_cqx_file
+
+    return _dump_unit_files(args, "units", decode_cqx_file, lambda decode: (
+        {"kind": "unit", "file": decode.path, **dataclasses.asdict(unit),
+         "filter_bitmap": unit.filter_bitmap.hex()} for unit in decode.units))
 
 
 def dump_index(args: argparse.Namespace) -> int:
@@ -319,6 +386,8 @@ def dump_checkpoint(args: argparse.Namespace) -> int:
 
 DUMPERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "commitlog": dump_commitlog, "consumequeue": dump_consumequeue, "cq": dump_consumequeue,
+    "batchconsumequeue": dump_batchconsumequeue, "bcq": dump_batchconsumequeue,
+    "consumequeue_ext": dump_consumequeue_ext, "ext": dump_consumequeue_ext,
     "index": dump_index, "config": dump_config, "checkpoint": dump_checkpoint,
 }
 

@@ -19,6 +19,8 @@ from rmqlib.accounting import FileAccount
 
 UNREADABLE, ZERO_TAIL, BLANK = "unreadable", "zero tail", "blank"
 FLUSH_EVERY = 512
+# One encoder for every row: json.dumps with options builds a new one per call.
+_ENCODE = json.JSONEncoder(ensure_ascii=False, default=str).encode
 
 
 @dataclass(frozen=True)
@@ -94,12 +96,19 @@ class Output:
         self.buffer: list[str] = []
         self.unreadable = 0
 
-    def item(self, row: Callable[[], dict[str, Any]], text: Callable[[], str]) -> None:
-        """Only the form asked for is built."""
+    def item(self, row: Callable[[], dict[str, Any] | str], text: Callable[[], str]) -> None:
+        """Only the form asked for is built; ``row`` may return a ready JSON line."""
         if self.as_json:
-            self.buffer.append(json.dumps(row(), ensure_ascii=False, default=str))
+            built = row()
+            self.buffer.append(built if isinstance(built, str) else _ENCODE(built))
         else:
             self.buffer.append(text())
+        if len(self.buffer) >= FLUSH_EVERY:
+            self.flush()
+
+    def line(self, line: str) -> None:
+        """A row already formatted in the form asked for."""
+        self.buffer.append(line)
         if len(self.buffer) >= FLUSH_EVERY:
             self.flush()
 

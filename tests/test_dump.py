@@ -161,3 +161,45 @@ def test_a_limited_dump_says_its_account_is_partial(capsys, segment) -> None:  #
     assert code == EXIT_OK
     assert sum(1 for r in rows if "total_size" in r) == 3
     assert rows[-1]["kind"] == "account" and not rows[-1]["complete"]
+
+
+@pytest.mark.parametrize("variant", ["v4-clean", "v5-clean"])
+@pytest.mark.parametrize("with_body", [False, True])
+def test_the_fast_json_line_is_the_reference_row(broker_stores, variant, with_body) -> None:  # type: ignore[no-untyped-def]
+    """record_json (what dumps print) parses to exactly record_row (the reference), for
+    every record of real stores: compressed bodies, unicode keys, transactions, retries."""
+    from rmqlib.cli import record_json, record_row
+    from rmqlib.commitlog import scan_store
+
+    records = list(scan_store(broker_stores[variant] / "store" / "commitlog"))
+    assert any(r.compression is not None for r in records) or variant == "v4-clean"
+    for record in records:
+        reference = json.loads(json.dumps(record_row(record, with_body), ensure_ascii=False))
+        assert json.loads(record_json(record, with_body)) == reference
+
+
+def test_batch_queue_and_ext_dumps_show_damage_inline(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Hand-made files (no real-broker BatchCQ/ext store yet: issue 13): a unit of
+    garbage between good ones is an unreadable region at its place, the rest a zero tail."""
+    from store_encoders import bcq_unit, cqx_unit
+
+    bcq = tmp_path / "batchconsumequeue" / "T" / "0" / "00000000000000000000"
+    bcq.parent.mkdir(parents=True)
+    good = [bcq_unit(100 * i, 90, 7, 1_700_000_000_000 + i, 10 * i, 10) for i in range(4)]
+    junk = b"\xff" * len(good[0])
+    bcq.write_bytes(good[0] + good[1] + junk + good[3] + bytes(46 * 10))
+    code, rows = dump(capsys, "batchconsumequeue", str(bcq))
+    assert code == EXIT_FINDINGS
+    kinds = [r.get("region", r["kind"]) for r in rows]
+    assert kinds == ["unit", "unit", "unreadable", "unit", "zero tail", "account"]
+    assert rows[2]["offset"] == 92 and rows[2]["length"] == 46
+    assert rows[-1]["units"] == 3 and rows[-1]["unreadable_bytes"] == 46
+
+    ext = tmp_path / "consumequeue_ext" / "T" / "0" / "00000000000000000000"
+    ext.parent.mkdir(parents=True)
+    units = [cqx_unit(5, 1_700_000_000_000, b"\x01\x02"), cqx_unit(6, 1_700_000_000_001)]
+    ext.write_bytes(b"".join(units) + bytes(64))
+    code, rows = dump(capsys, "ext", str(ext))
+    assert code == EXIT_OK
+    assert [r["kind"] for r in rows] == ["unit", "unit", "region", "account"]
+    assert rows[0]["filter_bitmap"] == "0102" and rows[-1]["zero_tail_bytes"] == 64
