@@ -21,7 +21,7 @@ RUN_DATE    ?= $(shell date -u +%F)
 SHELL       := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: setup run test lint lock jars stores default-store clean check-tools browser sshd
+.PHONY: setup run test lint lock jars stores default-store clean check-tools browser sshd fuzz
 
 ## setup: virtualenv with the locked Python stack + Delta jars from Maven Central
 setup: $(INSTALLED) jars
@@ -102,6 +102,13 @@ sshd:
 test: setup browser sshd
 	$(PY) -m pytest $(PYTEST_ARGS); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$status
+
+## fuzz: coverage-guided fuzzing (atheris) of every rmqlib decoder, FUZZ_SECONDS per target,
+## seeded from the real-broker stores; finds are kept in tests/fuzz/regressions/ (commit them:
+## the test suite replays them)
+FUZZ_SECONDS ?= 300
+fuzz: setup stores
+	$(PY) tests/fuzz/run.py all --seconds $(FUZZ_SECONDS)
 
 lint: $(INSTALLED)
 	$(VENV)/bin/ruff check .

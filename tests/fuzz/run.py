@@ -1,0 +1,148 @@
+"""Coverage-guided fuzzing of rmqlib's decoders with atheris (libFuzzer).
+
+    python tests/fuzz/run.py TARGET [--seconds N] [--runs N]     # one target
+    python tests/fuzz/run.py all --seconds N                     # every target, N s each
+    python tests/fuzz/run.py combined --seconds N                # all targets in one process
+
+The corpus of each target is seeded from the real-broker stores (``.cache/stores``, built
+by the harness): prefixes of commitlog segments, consume-queue files, index files,
+checkpoints and config JSON (``tests/fuzz/corpus/<target>/``, ignored by git). A crash,
+an exception other than rmqlib's ``StoreError``, a broken property (``targets.py``), a
+hang (``-timeout``) or runaway memory (``-rss_limit_mb``) is written by libFuzzer into
+``tests/fuzz/regressions/<target>/``, which is committed: ``tests/test_fuzz.py`` replays
+every file there on each test run. Each target runs in its own process (libFuzzer owns it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+sys.path[:0] = [str(ROOT), str(HERE), str(HERE.parent)]
+
+STORES = ROOT / ".cache" / "stores"
+CORPUS = HERE / "corpus"
+REGRESSIONS = HERE / "regressions"
+SEED_BYTES = 64 * 1024  # prefixes: small inputs keep libFuzzer fast
+INSTRUMENTED = [f"rmqlib.{name}" for name in (
+    "accounting", "batchconsumequeue", "checkpoint", "cli", "commitlog", "commitlog_arrow",
+    "commitlog_layout", "commitlog_walk", "compression", "config", "consumequeue",
+    "consumequeue_ext", "dump", "fileio", "indexfile", "msgid", "properties")]
+
+
+def _seeds(target: str) -> list[tuple[str, bytes]]:
+    """(name, bytes) seeds for a target from every real-broker variant present."""
+    seeds: list[tuple[str, bytes]] = []
+    for variant in sorted(p for p in STORES.glob("v*") if (p / "store").is_dir()):
+        store = variant / "store"
+
+        def add(name: str, path: Path, limit: int | None = SEED_BYTES,
+                prefix: str = variant.name) -> None:
+            if path.is_file():
+                data = path.read_bytes()
+                seeds.append((f"{prefix}-{name}", data[:limit] if limit else data))
+
+        if target.startswith(("commitlog", "dump")):
+            for segment in sorted((store / "commitlog").iterdir())[:2]:
+                add(f"commitlog-{segment.name}", segment)
+        elif target == "consumequeue":
+            for queue in sorted((store / "consumequeue").glob("*/*/*"))[:6]:
+                add(f"cq-{queue.parent.parent.name}-{queue.parent.name}", queue)
+        elif target == "indexfile":
+            for index in sorted((store / "index").iterdir())[:2]:
+                add(f"index-{index.name}", index, None)
+        elif target == "checkpoint":
+            add("checkpoint", store / "checkpoint", None)
+            add("timercheck", store / "config" / "timercheck", None)
+        elif target == "config_json":
+            for config in sorted((store / "config").glob("*.json")):
+                add(f"config-{config.name}", config, None)
+    if target == "batchconsumequeue" or target == "consumequeue_ext":
+        from store_encoders import bcq_unit, cqx_unit
+
+        if target == "batchconsumequeue":
+            units = [bcq_unit(100 * i, 90, 7, 1_700_000_000_000 + i, 10 * i, 10)
+                     for i in range(6)]
+        else:
+            units = [cqx_unit(5 + i, 1_700_000_000_000 + i, bytes([i] * (i % 3)))
+                     for i in range(6)]
+        seeds.append(("encoded", b"".join(units) + bytes(128)))
+    return seeds
+
+
+def seed_corpus(target: str) -> Path:
+    """The target's seeds; for the combined target, every target's seeds behind the
+    selector byte that routes them (``targets.COMBINED``)."""
+    from targets import COMBINED, TARGETS
+
+    directory = CORPUS / target
+    directory.mkdir(parents=True, exist_ok=True)
+    if target == COMBINED:
+        for number, name in enumerate(TARGETS):
+            for seed, data in _seeds(name):
+                (directory / f"{name}-{seed}").write_bytes(bytes([number]) + data)
+    else:
+        for name, data in _seeds(target):
+            (directory / name).write_bytes(data)
+    return directory
+
+
+def fuzz_in_this_process(target: str, libfuzzer_args: list[str]) -> None:
+    """The child: instrument rmqlib, hand the target to libFuzzer (which never returns)."""
+    import atheris
+
+    with atheris.instrument_imports(include=["rmqlib"]):
+        for module in INSTRUMENTED:
+            importlib.import_module(module)
+    from targets import run_one
+
+    atheris.Setup([sys.argv[0], *libfuzzer_args], lambda data: run_one(target, data))
+    atheris.Fuzz()
+
+
+def fuzz(target: str, seconds: int, runs: int | None) -> tuple[int, float]:
+    """Run one target in a child process; returns (exit code, seconds)."""
+    corpus = seed_corpus(target)
+    regressions = REGRESSIONS / target
+    regressions.mkdir(parents=True, exist_ok=True)
+    args = [str(corpus), f"-artifact_prefix={regressions}/", "-timeout=20",
+            "-rss_limit_mb=3072", "-max_len=131072", f"-max_total_time={seconds}",
+            "-print_final_stats=1"]
+    if runs is not None:
+        args.append(f"-runs={runs}")
+    started = time.monotonic()
+    code = subprocess.call([sys.executable, __file__, "--child", target, *args])
+    return code, time.monotonic() - started
+
+
+def main() -> int:
+    if len(sys.argv) > 2 and sys.argv[1] == "--child":
+        fuzz_in_this_process(sys.argv[2], sys.argv[3:])
+        return 0
+    from targets import COMBINED, TARGETS
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("target", choices=[*TARGETS, COMBINED, "all"])
+    parser.add_argument("--seconds", type=int, default=60, help="per target")
+    parser.add_argument("--runs", type=int, help="stop after this many inputs per target")
+    args = parser.parse_args()
+    names = list(TARGETS) if args.target == "all" else [args.target]
+    failed = []
+    for name in names:
+        code, took = fuzz(name, args.seconds, args.runs)
+        print(f"fuzz {name}: exit {code} after {took:.0f} s", flush=True)
+        if code != 0:
+            failed.append(name)
+    if failed:
+        print(f"crashes kept under {REGRESSIONS}/: {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,218 @@
+"""Fuzz targets: one function per rmqlib decoder, taking arbitrary bytes.
+
+Each target decodes the bytes the way the library's callers do and checks the properties
+every decoder promises:
+
+* only rmqlib's documented exceptions (``StoreError`` and its subclasses) escape;
+* every byte is accounted for exactly once (``FileAccount.check()``: decoded + blank +
+  zero tail + unreadable == size, and unreadable regions neither overlap nor leave the file);
+* the commitlog's record path and Arrow path agree on every record (offsets, sizes,
+  topics, CRC verdicts) and on the byte account;
+* a dump of the bytes tiles the file (the same check as tests/test_dump.py).
+
+Hangs and runaway memory are caught by the runner (``-timeout``, ``-rss_limit_mb``).
+Targets are plain functions: tests/test_fuzz.py replays the saved inputs through them,
+tests/fuzz/run.py drives them with atheris (coverage-guided, libFuzzer).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from rmqlib.accounting import FileAccount
+from rmqlib.errors import StoreError
+
+SCRATCH = Path(os.environ.get("RMQ_FUZZ_SCRATCH", tempfile.gettempdir())) / (
+    f"rmq-fuzz-{os.getpid()}")
+SEGMENT_NAME = "00000000000000000000"
+
+
+class PropertyViolation(AssertionError):
+    """A decoder broke one of its promises on these bytes."""
+
+
+def _check_account(account: FileAccount, size: int) -> None:
+    account.check()
+    if account.size != size:
+        raise PropertyViolation(f"account covers {account.size} bytes of {size}")
+    spans = sorted((r.offset, r.offset + r.length) for r in account.unreadable)
+    end = 0
+    for begin, stop in spans:
+        if begin < end or begin < 0 or stop > size:
+            raise PropertyViolation(f"unreadable region [{begin}, {stop}) overlaps or leaves "
+                                    f"the file of {size} bytes")
+        end = stop
+
+
+def _scratch_file(data: bytes, name: str = SEGMENT_NAME) -> Path:
+    SCRATCH.mkdir(parents=True, exist_ok=True)
+    path = SCRATCH / name
+    path.write_bytes(data)
+    return path
+
+
+def commitlog(data: bytes) -> None:
+    """Whole segment: record path and Arrow path agree, accounts balance."""
+    from rmqlib.commitlog import scan_segment
+    from rmqlib.commitlog_arrow import scan_segment_arrow
+
+    path = _scratch_file(data)
+    scan = scan_segment(path)
+    records = [(r.position, r.total_size, r.topic, r.queue_id, r.queue_offset,
+                r.body_crc_ok, r.property_crc_ok) for r in scan]
+    _check_account(scan.account, len(data))
+    arrow = scan_segment_arrow(path, batch_size=7)
+    rows = []
+    for batch in arrow:
+        columns = batch.to_pydict()
+        rows += list(zip(columns["file_position"], columns["total_size"], columns["topic"],
+                         columns["queue_id"], columns["queue_offset"], columns["body_crc_ok"],
+                         columns["property_crc_ok"], strict=True))
+    if rows != records:
+        raise PropertyViolation(f"record path {len(records)} records, Arrow path {len(rows)}; "
+                                f"first difference at {_first_difference(records, rows)}")
+    if arrow.account.as_dict() != scan.account.as_dict():
+        raise PropertyViolation("the record and Arrow paths account differently")
+
+
+def commitlog_ranges(data: bytes) -> None:
+    """The segment cut in byte ranges (as the Spark load splits it): together the ranges
+    yield each record of the whole-file scan exactly once and account every byte once."""
+    from rmqlib.commitlog import scan_segment, split_ranges
+
+    if len(data) < 2:
+        return
+    path = _scratch_file(data)
+    whole = [(r.position, r.total_size) for r in scan_segment(path)]
+    # A range size the input chooses, at most 32 ranges (a load uses a handful per file).
+    split = max(len(data) // 32, 1 + data[0] * 97 % len(data))
+    parts, owned = [], 0
+    for start, end in split_ranges(len(data), split):
+        scan = scan_segment(path, start, end)
+        parts += [(r.position, r.total_size) for r in scan]
+        scan.account.check()
+        owned += scan.account.size
+    if parts != whole:
+        raise PropertyViolation(f"ranges of {split} bytes: {len(parts)} records, whole file "
+                                f"{len(whole)}")
+    if owned != len(data):
+        raise PropertyViolation(f"ranges own {owned} bytes of {len(data)}")
+
+
+def consumequeue(data: bytes) -> None:
+    from rmqlib.consumequeue import decode_cq_bytes
+
+    decode = decode_cq_bytes(data, path="fuzz/cq", start=0, topic="T", queue_id=0)
+    _check_account(decode.account, len(data))
+    if decode.count and int(decode.file_position.max()) + 20 > len(data):
+        raise PropertyViolation("a unit past the end of the data")
+
+
+def batchconsumequeue(data: bytes) -> None:
+    from rmqlib.batchconsumequeue import decode_bcq_bytes
+
+    decode = decode_bcq_bytes(data, path="fuzz/bcq", start=0, topic="T", queue_id=0)
+    _check_account(decode.account, len(data))
+    decode.to_record_batch()
+
+
+def consumequeue_ext(data: bytes) -> None:
+    from rmqlib.consumequeue_ext import decode_cqx_bytes
+
+    decode = decode_cqx_bytes(data, path="fuzz/ext", start=0, topic="T", queue_id=0)
+    _check_account(decode.account, len(data))
+    decode.to_record_batch()
+
+
+def indexfile(data: bytes) -> None:
+    from rmqlib.indexfile import IndexFile
+
+    index = IndexFile.from_bytes(data)
+    account = index.account()
+    _check_account(account, len(data))
+    for entry in index.entries():
+        if entry.number < 1 or entry.number > index.entry_count:
+            raise PropertyViolation(f"entry number {entry.number} outside the header's count")
+    index.validate()
+
+
+def checkpoint(data: bytes) -> None:
+    from rmqlib.checkpoint import decode_checkpoint_bytes, decode_timercheck_bytes
+
+    _check_account(decode_checkpoint_bytes(data).account, len(data))
+    _check_account(decode_timercheck_bytes(data).account, len(data))
+
+
+def config_json(data: bytes) -> None:
+    """Broker config files: fastjson text (UTF-8 or not) through the loader, then every
+    parser (the first input byte picks which, so one corpus serves them all)."""
+    from rmqlib import config as cfg
+
+    parsers = [cfg.parse_topics, cfg.parse_consumer_offsets, cfg.parse_delay_offsets,
+               cfg.parse_subscription_groups, cfg.parse_consumer_filters,
+               cfg.parse_consumer_order_info, cfg.parse_timer_metrics,
+               cfg.parse_transaction_metrics]
+    path = _scratch_file(data, "topics.json")
+    document = cfg.load_config_json(path, missing_ok=True)
+    if document is not None and isinstance(document.data, dict):
+        parsers[(data[0] if data else 0) % len(parsers)](document.data)
+
+
+def dump_commitlog(data: bytes) -> None:
+    """`rmq dump commitlog --json` on the bytes: exit 0/1 only, every byte printed once."""
+    import contextlib
+    import io
+    import json
+
+    from rmqlib.cli import main
+
+    path = _scratch_file(data)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        code = main(["dump", "commitlog", str(path), "--json"])
+    if code not in (0, 1):
+        raise PropertyViolation(f"dump exited {code}")
+    position = 0
+    for line in out.getvalue().splitlines():
+        row = json.loads(line)
+        if row["kind"] == "region" or "total_size" in row:
+            offset = row["offset"] if row["kind"] == "region" else row["position"]
+            length = row["length"] if row["kind"] == "region" else row["total_size"]
+            if offset != position:
+                raise PropertyViolation(f"dump: {row['kind']} at {offset}, expected {position}")
+            position += length
+    if position != len(data):
+        raise PropertyViolation(f"dump printed {position} bytes of {len(data)}")
+
+
+def _first_difference(left: list, right: list) -> object:
+    for a, b in zip(left, right, strict=False):
+        if a != b:
+            return (a, b)
+    return "length"
+
+
+TARGETS: dict[str, Callable[[bytes], None]] = {
+    "commitlog": commitlog, "commitlog_ranges": commitlog_ranges,
+    "consumequeue": consumequeue, "batchconsumequeue": batchconsumequeue,
+    "consumequeue_ext": consumequeue_ext, "indexfile": indexfile, "checkpoint": checkpoint,
+    "config_json": config_json, "dump_commitlog": dump_commitlog,
+}
+
+
+COMBINED = "combined"  # every target behind one selector byte: one process fuzzes all
+
+
+def run_one(target: str, data: bytes) -> None:
+    """Run a target; a StoreError is a documented outcome, anything else propagates."""
+    if target == COMBINED:
+        if not data:
+            return
+        names = list(TARGETS)
+        target, data = names[data[0] % len(names)], data[1:]
+    with contextlib.suppress(StoreError):
+        TARGETS[target](data)
