@@ -94,6 +94,7 @@ def _json_text(value: str | None) -> str:
 
 
 _JSON_FLAG = {None: "null", True: "true", False: "false"}
+_TX_NAMES = ("NOT", "PREPARED", "COMMIT", "ROLLBACK")  # TransactionType by sysflag bits 2-3
 
 
 def record_json(record: CommitLogRecord, with_body: bool = False) -> str:
@@ -101,23 +102,26 @@ def record_json(record: CommitLogRecord, with_body: bool = False) -> str:
     (tests/test_dump.py parses both and compares) at the speed a dump needs. Numbers are
     written as they are, strings through json's C string encoder."""
     s = _encode_string
-    properties = ", ".join([f"{s(k)}: {s(v)}" for k, v in record.properties.items()])
+    props = record.properties
+    properties = ", ".join([f"{s(k)}: {s(v)}" for k, v in props.items()])
     keys = ", ".join([s(k) for k in record.keys])
+    tags, uniq_key = props.get("TAGS"), props.get("UNIQ_KEY")
     compression = record.compression
     head = (
         f'{{"kind": "record", "file": {s(record.path)}, "position": {record.position}, '
         f'"physical_offset": {record.physical_offset}, "total_size": {record.total_size}, '
         f'"message_version": {record.version}, "topic": {s(record.topic)}, '
         f'"queue_id": {record.queue_id}, "queue_offset": {record.queue_offset}, '
-        f'"sysflag": {record.sysflag}, "transaction_type": "{record.transaction_type.name}", '
+        f'"sysflag": {record.sysflag}, '
+        f'"transaction_type": "{_TX_NAMES[(record.sysflag & 0x00C) >> 2]}", '
         f'"compression": {"null" if compression is None else compression}, '
         f'"flag": {record.flag}, "born_timestamp": {record.born_timestamp}, '
         f'"born_host": "{record.born_address}", "store_timestamp": {record.store_timestamp}, '
         f'"store_host": "{record.store_address}", '
         f'"reconsume_times": {record.reconsume_times}, '
         f'"prepared_transaction_offset": {record.prepared_transaction_offset}, '
-        f'"tags": {_json_text(record.tags)}, "keys": [{keys}], '
-        f'"uniq_key": {_json_text(record.uniq_key)}, '
+        f'"tags": {"null" if tags is None else s(tags)}, "keys": [{keys}], '
+        f'"uniq_key": {"null" if uniq_key is None else s(uniq_key)}, '
         f'"offset_msg_id": "{record.offset_msg_id}", "properties": {{{properties}}}, '
         f'"body_length": {record.body_length}, "body_crc": {record.body_crc}, '
         f'"body_crc_ok": {_JSON_FLAG[record.body_crc_ok]}, '

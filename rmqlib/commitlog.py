@@ -184,10 +184,12 @@ class CommitLogRecord:
                                       offset=self.position)
 
 
+@lru_cache(maxsize=4096)  # few distinct hosts and ports: dumps format millions of records
 def _address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+@lru_cache(maxsize=4096)
 def _ip_bytes(host: str) -> bytes:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     return socket.inet_pton(family, host)
