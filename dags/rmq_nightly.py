@@ -41,7 +41,7 @@ CHECKED_TABLES = [T.CHECK_RESULTS, T.CONSUMER_LAG, T.ALERTS]
 
 def table_asset(name: str) -> Asset:
     """A lakehouse table as an Asset: downstream DAGs can run when it changes."""
-    location = CONFIG.warehouse / f"{T.DATABASE}.db" / name
+    location = T.table_location(CONFIG.warehouse, name)
     return Asset(name=f"rmq.{name}", uri=location.as_uri(), group="rmq-lakehouse")
 
 

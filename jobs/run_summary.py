@@ -15,24 +15,19 @@ from typing import Any
 from jobs import tables as T
 from jobs.pipeline_config import PipelineConfig
 from jobs.snapshot import MANIFEST, Manifest, snapshot_dir
+from jobs.tables import read_delta_rows, table_location
 
 LAG_ROWS = 12
 
 
 def _rows(warehouse: Path, table: str, **equal: object) -> list[dict[str, Any]]:
-    from deltalake import DeltaTable
-
-    location = warehouse / f"{T.DATABASE}.db" / table
-    if not (location / "_delta_log").is_dir():
-        return []
-    filters = [(column, "=", value) for column, value in equal.items()] or None
-    return DeltaTable(str(location)).to_pyarrow_table(filters=filters).to_pylist()
+    return read_delta_rows(table_location(warehouse, table), **equal)
 
 
 def _count(warehouse: Path, table: str) -> int | None:
     from deltalake import DeltaTable
 
-    location = warehouse / f"{T.DATABASE}.db" / table
+    location = table_location(warehouse, table)
     if not (location / "_delta_log").is_dir():
         return None
     return DeltaTable(str(location)).to_pyarrow_dataset().count_rows()

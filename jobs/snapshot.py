@@ -235,17 +235,19 @@ class _Copier:
         self.manifest = Manifest(broker, snapshot_id, source.label,
                                  started_at=datetime.now(UTC).isoformat())
         self.rate = _Rate(progress, broker)
+        self.kinds: dict[str, FileKind] = {}  # every listed file's kind, classified once
 
     def run(self) -> Manifest:
         started = time.monotonic()
         files = self.source.list_files()
         self.manifest.notes += self.source.skipped
+        self.kinds = {f.relative: classify(PurePosixPath(f.relative), f.size).kind
+                      for f in files}
         self._note_broker_state(files)
         finished = self._finished_files(files)
         phases: dict[int, list[SourceFile]] = {}
         for file in files:
-            kind = classify(PurePosixPath(file.relative), file.size).kind
-            phases.setdefault(growth_of(kind).phase, []).append(file)
+            phases.setdefault(growth_of(self.kinds[file.relative]).phase, []).append(file)
         for phase in sorted(phases):
             batch = phases[phase]
             self.progress(f"{self.broker}: copying {CopyPhase(phase).name.lower()}: "
@@ -277,8 +279,7 @@ class _Copier:
         """Append-only files followed by a file of the same queue that has data."""
         groups: dict[str, list[SourceFile]] = {}
         for file in files:
-            kind = classify(PurePosixPath(file.relative), file.size).kind
-            if growth_of(kind).append_only:
+            if growth_of(self.kinds[file.relative]).append_only:
                 groups.setdefault(str(PurePosixPath(file.relative).parent), []).append(file)
         finished: set[str] = set()
         for group in groups.values():
@@ -291,8 +292,7 @@ class _Copier:
         return finished
 
     def _has_data(self, file: SourceFile) -> bool:
-        kind = classify(PurePosixPath(file.relative), file.size).kind
-        head = growth_of(kind).head
+        head = growth_of(self.kinds[file.relative]).head
         if file.size == 0 or head == 0:
             return file.size > 0
         reader = self._open(file)
@@ -304,7 +304,7 @@ class _Copier:
     # ----------------------------------------------------------------- one file
 
     def _copy(self, file: SourceFile, finished: bool) -> None:
-        kind = classify(PurePosixPath(file.relative), file.size).kind
+        kind = self.kinds[file.relative]
         growth = growth_of(kind)
         before = self.previous.get(file.relative)
         entry: FileEntry | None
@@ -376,11 +376,9 @@ class _Copier:
                     f"{file.relative}: shrank while copied, {file.size} -> {position} bytes "
                     "(deleted by retention or truncated)")
                 break
-            data = len(chunk.rstrip(b"\0"))
+            data = _put(fd, chunk, position, digest)
             if data:
-                digest.update(position, chunk[:data])
                 last_nonzero_end = position + data
-                _write_sparse(fd, chunk[:data], position)
             position += len(chunk)
             self.rate.add(len(chunk), file.relative)
             if growth.zero_run and position - last_nonzero_end >= growth.zero_run:
@@ -422,11 +420,18 @@ def _copy_local(old, fd: int, length: int, digest: _ZeroAwareHash) -> None:  # t
         if not chunk:
             raise SnapshotError(f"{old.name}: the previous snapshot's copy is shorter than "
                                 "its manifest says")
-        data = len(chunk.rstrip(b"\0"))
-        if data:
-            digest.update(position, chunk[:data])
-            _write_sparse(fd, chunk[:data], position)
+        _put(fd, chunk, position, digest)
         position += len(chunk)
+
+
+def _put(fd: int, chunk: bytes, position: int, digest: _ZeroAwareHash) -> int:
+    """Hash and write ``chunk`` (file bytes at ``position``) up to its last non-zero byte;
+    returns that length (the trailing zeros are left as holes and hashed later)."""
+    data = len(chunk.rstrip(b"\0"))
+    if data:
+        digest.update(position, chunk[:data])
+        _write_sparse(fd, chunk[:data], position)
+    return data
 
 
 def _write_sparse(fd: int, data: bytes, position: int) -> None:

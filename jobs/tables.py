@@ -49,6 +49,22 @@ TABLES = (MESSAGES, QUEUE_ENTRIES, INDEX_ENTRIES, TOPICS, SUBSCRIPTION_GROUPS,
 _REGISTERED: dict[int, dict[str, str]] = {}
 
 
+def table_location(warehouse: str | Path, name: str) -> Path:
+    """Where table ``name`` lives in a warehouse (the registry's layout)."""
+    return Path(warehouse) / f"{DATABASE}.db" / name
+
+
+def read_delta_rows(location: str | Path, **equal: object) -> list[dict[str, object]]:
+    """Rows of a Delta table matching ``column=value`` filters, read with delta-rs (no
+    Spark); [] when the table was never created."""
+    from deltalake import DeltaTable as RustDeltaTable
+
+    if not (Path(location) / "_delta_log").is_dir():
+        return []  # not created yet: no JVM round trips just to learn that
+    filters = [(column, "=", value) for column, value in equal.items()] or None
+    return RustDeltaTable(str(location)).to_pyarrow_table(filters=filters).to_pylist()
+
+
 class TableDriftError(RuntimeError):
     """A table on disk no longer matches its data contract."""
 
@@ -78,7 +94,7 @@ class Registry:
         if missing:
             raise TableDriftError(f"no data contract for table(s): {', '.join(missing)}")
         self.tables = {
-            name: Table(name, contracts[name], f"{self.warehouse}/{DATABASE}.db/{name}")
+            name: Table(name, contracts[name], str(table_location(self.warehouse, name)))
             for name in TABLES
         }
         self._ready = False
@@ -132,13 +148,7 @@ class Registry:
     def read_rows(self, name: str, **equal: object) -> list[dict[str, object]]:
         """Rows of a small bookkeeping table matching ``column=value`` filters, read on
         the driver with delta-rs: no Spark job, milliseconds instead of seconds."""
-        from deltalake import DeltaTable as RustDeltaTable
-
-        table = self[name]
-        if not (Path(table.location) / "_delta_log").is_dir():
-            return []  # not created yet: no JVM round trips just to learn that
-        filters = [(column, "=", value) for column, value in equal.items()] or None
-        return RustDeltaTable(table.location).to_pyarrow_table(filters=filters).to_pylist()
+        return read_delta_rows(self[name].location, **equal)
 
     def append_rows(self, name: str, rows: list[tuple]) -> None:
         """Append a few bookkeeping rows with delta-rs (milliseconds, no Spark job).

@@ -143,14 +143,9 @@ def record_line(record: CommitLogRecord) -> str:
             f"msgId: {record.offset_msg_id} crc: {crc}")
 
 
-def window(rows: Iterable[Any], offset: int, limit: int | None) -> Iterator[Any]:
-    """Skip ``offset`` rows and stop after ``limit``."""
-    for index, row in enumerate(rows):
-        if index < offset:
-            continue
-        if limit is not None and index >= offset + limit:
-            return
-        yield row
+def row_text(row: dict[str, Any]) -> str:
+    """A dump row as one ``key: value`` line (its kind is implied by the line)."""
+    return " ".join(f"{k}: {v}" for k, v in row.items() if k != "kind")
 
 
 def existing(path: str) -> Path:
@@ -268,9 +263,6 @@ def _dump_unit_files(args: argparse.Namespace, noun: str, decode_file: Callable[
     path = existing(args.path)
     files = [path] if path.is_file() else [seg.path for seg in list_segments(path)]
 
-    def text(row: dict[str, Any]) -> str:
-        return " ".join(f"{k}: {v}" for k, v in row.items() if k != "kind")
-
     def each(window: Window, out: Output) -> Iterator[tuple[FileAccount, int]]:
         for file in files:
             decode = decode_file(Path(file))
@@ -279,7 +271,7 @@ def _dump_unit_files(args: argparse.Namespace, noun: str, decode_file: Callable[
             for _position, item in merged(units, account_regions(decode.account)):
                 row = item if isinstance(item, dict) else {}
                 count += bool(row)
-                if not _show(window, out, item, lambda r=row: r, lambda r=row: text(r)):
+                if not _show(window, out, item, lambda r=row: r, lambda r=row: row_text(r)):
                     return
             yield decode.account, count
 
@@ -328,8 +320,7 @@ def dump_index(args: argparse.Namespace) -> int:
                 geometry, account = index.geometry, index.account()
                 header = {"kind": "header", "file": str(file), **dataclasses.asdict(index.header)}
                 out.item(lambda h=header: h,
-                         lambda h=header: " ".join(f"{k}: {v}" for k, v in h.items()
-                                                   if k != "kind"))
+                         lambda h=header: row_text(h))
                 used = index.header.hash_slot_count
                 slots = Region(str(file), INDEX_HEADER_SIZE,
                                geometry.hash_slot_num * INDEX_SLOT_SIZE, "slots",
@@ -343,8 +334,7 @@ def dump_index(args: argparse.Namespace) -> int:
                     row = {} if isinstance(item, Region) else {"kind": "entry",
                                                                 **dataclasses.asdict(item)}
                     if not _show(window, out, item, lambda r=row: r,
-                                 lambda r=row: " ".join(f"{k}: {v}" for k, v in r.items()
-                                                        if k != "kind")):
+                                 lambda r=row: row_text(r)):
                         return
                 yield account, index.entry_count
 

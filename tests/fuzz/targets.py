@@ -176,17 +176,21 @@ def dump_commitlog(data: bytes) -> None:
         code = main(["dump", "commitlog", str(path), "--json"])
     if code not in (0, 1):
         raise PropertyViolation(f"dump exited {code}")
+    check_tiles([json.loads(line) for line in out.getvalue().splitlines()], len(data))
+
+
+def check_tiles(rows: list[dict], size: int) -> None:
+    """Dump rows (records and regions) cover [0, size) in order, each byte once."""
     position = 0
-    for line in out.getvalue().splitlines():
-        row = json.loads(line)
+    for row in rows:
         if row["kind"] == "region" or "total_size" in row:
             offset = row["offset"] if row["kind"] == "region" else row["position"]
             length = row["length"] if row["kind"] == "region" else row["total_size"]
             if offset != position:
                 raise PropertyViolation(f"dump: {row['kind']} at {offset}, expected {position}")
             position += length
-    if position != len(data):
-        raise PropertyViolation(f"dump printed {position} bytes of {len(data)}")
+    if position != size:
+        raise PropertyViolation(f"dump printed {position} bytes of {size}")
 
 
 def _first_difference(left: list, right: list) -> object:
