@@ -634,3 +634,90 @@ def _property_crc(win: Window, f: RunFields, position: np.ndarray,
             if not oks[row]:
                 bad.append(int(position[row]))
     return pa.array(values, pa.int64()), pa.array(oks, pa.bool_()), bad
+
+
+# --------------------------------------------------------------------------- inner batches
+
+#: Columns an unwrapped batch adds: which member of an inner batch a row is (0 for an
+#: ordinary record), how many the batch holds (null for an ordinary record) and the outer
+#: record's own properties (INNER_NUM, INNER_BASE, the batch UNIQ_KEY, CLUSTER, ...).
+MEMBER_FIELDS = [
+    pa.field("inner_index", pa.int32(), _NN),
+    pa.field("inner_num", pa.int32()),
+    pa.field("batch_properties", pa.map_(pa.string(), pa.string())),
+]
+MESSAGE_SCHEMA = pa.schema(list(COMMITLOG_SCHEMA) + MEMBER_FIELDS)
+#: Columns a member takes from itself; every other column is the outer record's.
+_MEMBER_OWN = ("flag", "queue_offset", "body_length", "body", "properties", "tags", "keys",
+               "uniq_key")
+
+
+def unwrap_inner_batches(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """One row per message a consumer receives (MESSAGE_SCHEMA): every inner-batch record
+    (§2.6) becomes its members, each with its own flag, properties, keys, tags, UNIQ_KEY,
+    body and queue offset (base + index), the rest from the record, as the client unwraps
+    it. A record whose body does not split into members stays one row, with the reason
+    in ``body_error``: nothing is dropped or guessed.
+    """
+    n = batch.num_rows
+    inner = batch.column("inner_batch").to_numpy(zero_copy_only=False)
+    if not inner.any():
+        return _with_member_columns(batch, np.zeros(n, np.int32), pa.nulls(n, pa.int32()),
+                                    pa.nulls(n, MEMBER_FIELDS[2].type))
+    from rmqlib.innerbatch import inner_num, split_inner_batch
+
+    take: list[int] = []
+    own: dict[str, list[object]] = {name: [] for name in _MEMBER_OWN}
+    index: list[int] = []
+    count: list[int | None] = []
+    outer: list[object] = []
+    errors: list[object] = []
+    rows = batch.select([*_MEMBER_OWN, "body_error", "file_position", "file"]).to_pylist()
+    for i, row in enumerate(rows):
+        members = None
+        error = row["body_error"]
+        if inner[i] and row["body"] is not None:
+            try:
+                members = split_inner_batch(row["body"], row["queue_offset"],
+                                            expected=inner_num(dict(row["properties"])),
+                                            path=row["file"], offset=row["file_position"])
+            except CorruptDataError as exc:
+                error = f"inner batch not unwrapped: {exc.reason}"
+        if members is None:
+            take.append(i)
+            for name in _MEMBER_OWN:
+                own[name].append(row[name])
+            index.append(0)
+            count.append(None)
+            outer.append(None)
+            errors.append(error)
+            continue
+        for member in members:
+            take.append(i)
+            own["flag"].append(member.flag)
+            own["queue_offset"].append(member.queue_offset)
+            own["body_length"].append(len(member.body))
+            own["body"].append(member.body)
+            own["properties"].append(list(member.properties.items()))
+            own["tags"].append(member.tags)
+            own["keys"].append(member.keys)
+            own["uniq_key"].append(member.uniq_key)
+            index.append(member.index)
+            count.append(len(members))
+            outer.append(row["properties"])
+            errors.append(error)
+    taken = batch.take(pa.array(take, pa.int64()))
+    columns = {name: pa.array(values, COMMITLOG_SCHEMA.field(name).type)
+               for name, values in own.items()}
+    columns["body_error"] = pa.array(errors, pa.string())
+    arrays = [columns.get(f.name, taken.column(f.name)) for f in COMMITLOG_SCHEMA]
+    expanded = pa.RecordBatch.from_arrays(arrays, schema=COMMITLOG_SCHEMA)
+    return _with_member_columns(expanded, np.array(index, np.int32),
+                                pa.array(count, pa.int32()),
+                                pa.array(outer, MEMBER_FIELDS[2].type))
+
+
+def _with_member_columns(batch: pa.RecordBatch, index: np.ndarray, count: pa.Array,
+                         outer: pa.Array) -> pa.RecordBatch:
+    arrays = [*batch.columns, pa.array(index, pa.int32()), count, outer]
+    return pa.RecordBatch.from_arrays(arrays, schema=MESSAGE_SCHEMA)

@@ -21,7 +21,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from rmqlib.accounting import FileAccount
-from rmqlib.consumequeue import decorate_ext_offset, unit_file_identity
+from rmqlib.consumequeue import decorate_ext_offset, undecorate_ext_addr, unit_file_identity
+from rmqlib.errors import CorruptDataError
 from rmqlib.fileio import nonzero_span, read_bytes
 
 # CqExtUnit layout (big-endian).
@@ -186,3 +187,69 @@ def decode_cqx_file(
 def iter_units(decodes: list[CqxFileDecode]) -> Iterator[CqExtUnit]:
     for decode in decodes:
         yield from decode.units
+
+
+class ExtAddressError(CorruptDataError):
+    """A consume-queue tagsCode is an ext address that no ext unit answers."""
+
+
+@dataclass
+class ExtQueue:
+    """The ext files of one queue, to resolve the addresses its consume queue holds."""
+
+    topic: str
+    queue_id: int
+    decodes: list[CqxFileDecode]
+
+    def resolve(self, address: int) -> CqExtUnit:
+        """The ext unit at ``address``; ExtAddressError if there is none (past the
+        files' end, in a gap between files, or not where a unit starts)."""
+        offset = undecorate_ext_addr(address)
+        for decode in self.decodes:
+            if decode.start <= offset < decode.start + decode.account.size:
+                unit = decode.by_address().get(address)
+                if unit is None:
+                    raise ExtAddressError(
+                        f"no ext unit starts at ext offset {offset} (address {address})",
+                        path=decode.path, offset=offset - decode.start)
+                return unit
+        end = max((d.start + d.account.size for d in self.decodes), default=0)
+        raise ExtAddressError(
+            f"ext address {address} (ext offset {offset}) is past the ext files of "
+            f"{self.topic}/{self.queue_id}, which end at {end}")
+
+
+def load_ext_queue(directory: str | Path, topic: str, queue_id: int) -> ExtQueue:
+    """Decode every ext file of ``consumequeue_ext/<topic>/<queueId>`` (none: empty)."""
+    from rmqlib.segments import list_segments
+
+    directory = Path(directory)
+    files = list_segments(directory) if directory.is_dir() else []
+    return ExtQueue(topic, queue_id, [decode_cqx_file(f.path, topic=topic, queue_id=queue_id)
+                                      for f in files])
+
+
+class ExtResolver:
+    """Resolves ext addresses of consume-queue units, loading each queue's ext files
+    once: ``consumequeue_ext`` sits beside the ``consumequeue`` root of the unit file."""
+
+    def __init__(self) -> None:
+        self._queues: dict[Path, ExtQueue] = {}
+
+    def queue_for(self, cq_file: str | Path, topic: str, queue_id: int) -> ExtQueue:
+        cq_root = Path(cq_file).resolve().parent.parent.parent
+        directory = cq_root.parent / "consumequeue_ext" / topic / str(queue_id)
+        if directory not in self._queues:
+            self._queues[directory] = load_ext_queue(directory, topic, queue_id)
+        return self._queues[directory]
+
+    def describe(self, cq_file: str | Path, topic: str, queue_id: int,
+                 address: int) -> dict[str, object]:
+        """Dump fields for a unit whose tagsCode is ``address``: the ext unit's real tags
+        code, store time and filter bitmap, or why the address resolves to nothing."""
+        try:
+            unit = self.queue_for(cq_file, topic, queue_id).resolve(address)
+        except ExtAddressError as error:
+            return {"ext_error": str(error)}
+        return {"ext_tags_code": unit.tags_code, "ext_msg_store_time": unit.msg_store_time,
+                "ext_filter_bitmap": unit.filter_bitmap.hex()}

@@ -37,6 +37,13 @@ import pyarrow.compute as pc
 
 from rmqlib import config as cfg
 from rmqlib.accounting import FileAccount
+from rmqlib.batchconsumequeue import (
+    BCQ_UNIT_SIZE,
+    BcqFileDecode,
+    base_offset_gaps,
+    bcq_bounds,
+    decode_bcq_file,
+)
 from rmqlib.checkpoint import read_checkpoint
 from rmqlib.commitlog import GapKind, naming_issues, tail_issues
 from rmqlib.commitlog_arrow import scan_segment_arrow
@@ -48,10 +55,11 @@ from rmqlib.consumequeue import (
     segment_issues,
     walk_queue_tree,
 )
+from rmqlib.consumequeue_ext import ExtResolver, load_ext_queue
 from rmqlib.errors import StoreError
 from rmqlib.indexfile import INDEX_TAG_TYPE, IndexFile, list_index_files
 from rmqlib.inventory import Inventory, take_inventory
-from rmqlib.javahash import index_key_hashes
+from rmqlib.javahash import index_key_hashes, tags_code
 from rmqlib.properties import INNER_MULTI_DISPATCH, INNER_MULTI_QUEUE_OFFSET, INNER_NUM
 from rmqlib.segments import list_segments
 
@@ -60,6 +68,7 @@ WARNING = "warning"
 
 # Transaction types the build-CQ dispatcher takes (PREPARED and ROLLBACK are skipped).
 DISPATCHED_NAMES = ["NOT", "COMMIT"]
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"  # its tagsCode is a delivery time, not a TAGS hash
 
 
 @dataclass(frozen=True)
@@ -122,8 +131,11 @@ def verify_store(root: str | Path, *, verify_crc: bool = True) -> VerifyReport:
     entries = _load_index_entries(report)
     facts = _check_commitlog(report, entries, verify_crc)
     _report_index_mismatches(report, entries, facts)
-    bounds = _check_consume_queues(report, facts)
-    _check_config(report, bounds)
+    queues = _check_consume_queues(report, facts)
+    _check_batch_consume_queues(report, facts, queues)
+    _check_dispatch_complete(report, facts, queues)
+    _check_ext_files(report, queues)
+    _check_config(report, queues.bounds)
     return report
 
 
@@ -201,6 +213,9 @@ class RecordFacts:
     queue_id: np.ndarray
     queue_offset: np.ndarray
     dispatched: np.ndarray  # transaction type NOT or COMMIT: the build-CQ dispatcher takes it
+    store_timestamp: np.ndarray
+    tags_code: np.ndarray   # what a consume-queue unit's tagsCode holds (§4.3), 0 if no TAGS
+    width: np.ndarray       # queue offsets the record takes: INNER_NUM for an inner batch
     topics: dict[str, int]
     lmq: dict[int, tuple[tuple[str, int], ...]]  # physical offset -> (LMQ queue, offset)
 
@@ -247,7 +262,10 @@ class CommitlogChecker:
         for name, values in (("physical_offset", batch["physical_offset"].to_numpy()),
                              ("total_size", batch["total_size"].to_numpy()),
                              ("topic_id", topic_id), ("queue_id", queue_id),
-                             ("queue_offset", queue_offset), ("dispatched", dispatched)):
+                             ("queue_offset", queue_offset), ("dispatched", dispatched),
+                             ("store_timestamp", batch["store_timestamp"].to_numpy()),
+                             ("tags_code", _tags_codes(batch["tags"])),
+                             ("width", _widths(batch))):
             self.columns[name].append(values)
 
     def facts(self) -> RecordFacts:
@@ -257,7 +275,10 @@ class CommitlogChecker:
                            _concat(columns["topic_id"], np.int32),
                            _concat(columns["queue_id"], np.int32),
                            _concat(columns["queue_offset"], np.int64),
-                           _concat(columns["dispatched"], bool), self.topics, self.lmq)
+                           _concat(columns["dispatched"], bool),
+                           _concat(columns["store_timestamp"], np.int64),
+                           _concat(columns["tags_code"], np.int64),
+                           _concat(columns["width"], np.int64), self.topics, self.lmq)
 
     def _topic_ids(self, topics: pa.Array) -> np.ndarray:
         encoded = topics.dictionary_encode()
@@ -272,12 +293,7 @@ class CommitlogChecker:
         rows = np.flatnonzero(dispatched)
         if not rows.size:
             return
-        width = np.ones(batch.num_rows, dtype=np.int64)
-        inner = batch["inner_batch"].to_numpy(zero_copy_only=False)
-        if inner.any():
-            counts = pc.map_lookup(batch["properties"], INNER_NUM, "last").to_pylist()
-            width[inner] = [int(c) if c and c.isdigit() else 1 for c in
-                            np.asarray(counts, dtype=object)[inner]]
+        width = _widths(batch)
         key = topic_id[rows].astype(np.int64) << 32 | queue_id[rows].astype(np.int64)
         order = np.lexsort((rows, key))
         rows, key = rows[order], key[order]
@@ -324,6 +340,26 @@ class CommitlogChecker:
                         (offsets[row].as_py() or "").split(","), strict=False)
             self.lmq[physical[row].as_py()] = tuple(
                 (name, int(offset)) for name, offset in pairs if offset.isdigit())
+
+
+def _widths(batch: pa.RecordBatch) -> np.ndarray:
+    """Queue offsets each record takes: 1, or INNER_NUM for an inner batch (§2.6)."""
+    width = np.ones(batch.num_rows, dtype=np.int64)
+    inner = batch["inner_batch"].to_numpy(zero_copy_only=False)
+    if inner.any():
+        counts = pc.map_lookup(batch["properties"], INNER_NUM, "last").to_pylist()
+        width[inner] = [int(c) if c and c.isdigit() else 1 for c in
+                        np.asarray(counts, dtype=object)[inner]]
+    return width
+
+
+def _tags_codes(tags: pa.Array) -> np.ndarray:
+    """tagsCode of each record's TAGS, hashed once per distinct tag."""
+    encoded = tags.dictionary_encode()
+    codes = np.array([tags_code(t) for t in encoded.dictionary.to_pylist()] + [0],
+                     dtype=np.int64)
+    indices = encoded.indices.fill_null(len(encoded.dictionary)).to_numpy()
+    return codes[indices]
 
 
 def _key_candidates(batch: pa.RecordBatch, rows: np.ndarray) -> np.ndarray:
@@ -403,19 +439,32 @@ def _report_index_mismatches(report: VerifyReport, entries: IndexEntries,
 # --------------------------------------------------------------------------- consume queues
 
 
-def _check_consume_queues(report: VerifyReport, facts: RecordFacts
-                          ) -> dict[tuple[str, int], QueueBounds]:
+@dataclass
+class QueueChecks:
+    """What the queue checks learn for the checks after them."""
+
+    bounds: dict[tuple[str, int], QueueBounds] = field(default_factory=dict)
+    units_end: dict[tuple[str, int], int] = field(default_factory=dict)  # 1 + last resolved
+    resolved: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    ext_used: dict[tuple[str, int], set[int]] = field(default_factory=dict)  # ext addresses
+    commitlog_min: int | None = None
+
+    def resolved_up_to(self, key: tuple[str, int], end: int) -> None:
+        self.units_end[key] = max(self.units_end.get(key, 0), end)
+
+
+def _check_consume_queues(report: VerifyReport, facts: RecordFacts) -> QueueChecks:
+    queues = QueueChecks(resolved=np.zeros(len(facts.physical_offset), dtype=bool),
+                         commitlog_min=int(facts.physical_offset[0])
+                         if len(facts.physical_offset) else None)
     cq_root = report.root / "consumequeue"
-    bounds: dict[tuple[str, int], QueueBounds] = {}
     if not cq_root.is_dir():
         report.add(WARNING, "consumequeue", cq_root, None, "no consumequeue directory")
-        return bounds
+        return queues
     tree = walk_queue_tree(cq_root)
     for skipped in tree.skipped:
         report.add(WARNING, "consumequeue", skipped.path, None, skipped.reason)
-    commitlog_min = int(facts.physical_offset[0]) if len(facts.physical_offset) else None
-    resolved = np.zeros(len(facts.physical_offset), dtype=bool)
-    units_end: dict[tuple[str, int], int] = {}  # 1 + highest queue offset with a good unit
+    ext = ExtResolver()
     for queue in tree.queues:
         try:
             decodes = decode_queue(queue)
@@ -424,15 +473,16 @@ def _check_consume_queues(report: VerifyReport, facts: RecordFacts
             continue
         for issue in segment_issues(list(queue.segments), 20):
             report.add(ERROR, "consumequeue", queue.path, None, issue)
-        queue_range = queue_bounds(decodes, commitlog_min)
-        bounds[(queue.topic, queue.queue_id)] = queue_range
+        queue_range = queue_bounds(decodes, queues.commitlog_min)
+        key = (queue.topic, queue.queue_id)
+        queues.bounds[key] = queue_range
         for decode in decodes:
             report.account(decode.account)
-            end = _check_units(report, decode, queue_range, facts, resolved)
-            key = (queue.topic, queue.queue_id)
-            units_end[key] = max(units_end.get(key, 0), end)
-    _check_dispatch_complete(report, facts, bounds, units_end, resolved)
-    return bounds
+            end = _check_units(report, decode, queue_range, facts, queues.resolved)
+            queues.resolved_up_to(key, end)
+            _check_ext_units(report, decode, queue_range, facts, ext,
+                             queues.ext_used.setdefault(key, set()))
+    return queues
 
 
 def _check_units(report: VerifyReport, decode: CqFileDecode, queue_range: QueueBounds,
@@ -462,6 +512,139 @@ def _check_units(report: VerifyReport, decode: CqFileDecode, queue_range: QueueB
     ok = np.array([problem is None for problem in problems], dtype=bool) & found
     resolved[rows[ok]] = True
     return int(queue_offsets[ok].max()) + 1 if ok.any() else 0
+
+
+def _check_ext_units(report: VerifyReport, decode: CqFileDecode, queue_range: QueueBounds,
+                     facts: RecordFacts, ext: ExtResolver, used: set[int]) -> None:
+    """§4.4: a unit whose tagsCode is an ext address names an ext unit of its queue, and
+    that unit holds the record's store time and tagsCode (the hash of TAGS; delivery
+    times on the schedule topic are not re-derived)."""
+    live = (decode.queue_offset >= queue_range.min_offset) & decode.is_ext_addr
+    if not live.any():
+        return
+    queue = ext.queue_for(decode.path, decode.topic, decode.queue_id)
+    rows, found = facts.locate(decode.commitlog_offset[live])
+    for address, row, here, position in zip(decode.tags_code[live].tolist(), rows.tolist(),
+                                            found.tolist(), decode.file_position[live].tolist(),
+                                            strict=True):
+        report.counts["cq_ext_units"] += 1
+        where = f"{decode.topic}/{decode.queue_id} unit at {position}"
+        try:
+            unit = queue.resolve(address)
+        except StoreError as error:
+            report.add(ERROR, "cq-ext", decode.path, position, f"{where}: {error}")
+            continue
+        used.add(address)
+        if not here:
+            continue  # cq-resolve already reported the missing record
+        if unit.msg_store_time != facts.store_timestamp[row]:
+            report.add(ERROR, "cq-ext", decode.path, position,
+                       f"{where}: ext store time {unit.msg_store_time} != record store time "
+                       f"{facts.store_timestamp[row]}")
+        if decode.topic != SCHEDULE_TOPIC and unit.tags_code != facts.tags_code[row]:
+            report.add(ERROR, "cq-ext", decode.path, position,
+                       f"{where}: ext tagsCode {unit.tags_code} != the record's TAGS hash "
+                       f"{facts.tags_code[row]}")
+
+
+def _check_ext_files(report: VerifyReport, queues: QueueChecks) -> None:
+    """Every ext file's bytes are accounted for; ext units no consume-queue unit points
+    at are counted per queue (a warning: retention removes CQ files before ext files)."""
+    root = report.root / "consumequeue_ext"
+    if not root.is_dir():
+        return
+    tree = walk_queue_tree(root)
+    for skipped in tree.skipped:
+        report.add(WARNING, "consumequeue-ext", skipped.path, None, skipped.reason)
+    for queue in tree.queues:
+        try:
+            ext_queue = load_ext_queue(queue.path, queue.topic, queue.queue_id)
+        except StoreError as error:
+            report.add(ERROR, "consumequeue-ext", error.path, error.offset, error.reason)
+            continue
+        used = queues.ext_used.get((queue.topic, queue.queue_id), set())
+        orphans = 0
+        for decode in ext_queue.decodes:
+            report.account(decode.account)
+            report.counts["ext_units"] += len(decode.units)
+            orphans += sum(unit.address not in used for unit in decode.units)
+        if orphans:
+            report.add(WARNING, "ext-orphan", queue.path, None,
+                       f"{queue.topic}/{queue.queue_id}: {orphans} ext unit(s) no "
+                       "consume-queue unit points at")
+
+
+def _check_batch_consume_queues(report: VerifyReport, facts: RecordFacts,
+                                queues: QueueChecks) -> None:
+    """§4.5/§8.12 for ``batchconsumequeue/``: each unit names the record it claims (size,
+    topic, queue, base offset = QUEUEOFFSET, batch size = INNER_NUM or 1, store time)
+    and bases are contiguous."""
+    root = report.root / "batchconsumequeue"
+    if not root.is_dir():
+        return
+    tree = walk_queue_tree(root)
+    for skipped in tree.skipped:
+        report.add(WARNING, "batchconsumequeue", skipped.path, None, skipped.reason)
+    for queue in tree.queues:
+        key = (queue.topic, queue.queue_id)
+        try:
+            decodes = [decode_bcq_file(seg.path, topic=queue.topic, queue_id=queue.queue_id)
+                       for seg in queue.segments]
+        except StoreError as error:
+            report.add(ERROR, "batchconsumequeue", error.path, error.offset, error.reason)
+            continue
+        for issue in segment_issues(list(queue.segments), BCQ_UNIT_SIZE):
+            report.add(ERROR, "batchconsumequeue", queue.path, None, issue)
+        for decode in decodes:
+            report.account(decode.account)
+        for index, want, got in base_offset_gaps(decodes):
+            report.add(ERROR, "bcq-base", queue.path, index * BCQ_UNIT_SIZE,
+                       f"{queue.topic}/{queue.queue_id} unit {index}: base offset {got} "
+                       f"where {want} was expected")
+        span = bcq_bounds(decodes)
+        queues.bounds[key] = QueueBounds(span.min_offset, span.max_offset, span.min_offset,
+                                         0)
+        for decode in decodes:
+            queues.resolved_up_to(key, _check_batch_units(report, decode, facts, queues))
+
+
+def _check_batch_units(report: VerifyReport, decode: BcqFileDecode, facts: RecordFacts,
+                       queues: QueueChecks) -> int:
+    """Compare each batch unit with its record; 1 + the last queue offset resolved."""
+    f = decode.fields
+    live = f["commitlog_offset"] >= (queues.commitlog_min or 0)
+    offsets = f["commitlog_offset"][live]
+    report.counts["bcq_units"] += len(offsets)
+    rows, found = facts.locate(offsets)
+    topic_id = facts.topics.get(decode.topic, -1)
+    end = 0
+    for i, (row, here) in enumerate(zip(rows.tolist(), found.tolist(), strict=True)):
+        unit = {name: int(values[live][i]) for name, values in f.items()}
+        position = int(decode.file_position[live][i])
+        problem = _batch_unit_problem(unit, row, here, topic_id, decode.queue_id, facts)
+        if problem:
+            report.add(ERROR, "bcq-resolve", decode.path, position,
+                       f"{decode.topic}/{decode.queue_id} base {unit['msg_base_offset']}: "
+                       f"{problem}")
+            continue
+        queues.resolved[row] = True
+        end = max(end, unit["msg_base_offset"] + unit["batch_size"])
+    return end
+
+
+def _batch_unit_problem(unit: dict[str, int], row: int, found: bool, topic_id: int,
+                        queue_id: int, facts: RecordFacts) -> str | None:
+    phys = unit["commitlog_offset"]
+    if not found:
+        return f"no commitlog record starts at physical offset {phys}"
+    expected = {"size": facts.total_size[row], "msg_base_offset": facts.queue_offset[row],
+                "batch_size": facts.width[row], "store_timestamp": facts.store_timestamp[row]}
+    if facts.topic_id[row] != topic_id or facts.queue_id[row] != queue_id:
+        return f"record at {phys} belongs to another queue"
+    for name, want in expected.items():
+        if unit[name] != want:
+            return f"unit {name} {unit[name]} != record's {int(want)}"
+    return None
 
 
 def _unit_problems(decode: CqFileDecode, rows: np.ndarray, found: np.ndarray,
@@ -502,12 +685,11 @@ def _lmq_problem(topic: str, queue_offset: int, phys: int, found: bool,
 
 
 def _check_dispatch_complete(report: VerifyReport, facts: RecordFacts,
-                             bounds: dict[tuple[str, int], QueueBounds],
-                             units_end: dict[tuple[str, int], int],
-                             resolved: np.ndarray) -> None:
+                             queues: QueueChecks) -> None:
     """§8.10: every record a queue should hold is there. Records after the queue's last
     unit are dispatch lag (a warning); a record below it without its unit is an error."""
-    pending = np.flatnonzero(facts.dispatched & ~resolved)
+    bounds, units_end = queues.bounds, queues.units_end
+    pending = np.flatnonzero(facts.dispatched & ~queues.resolved)
     names = {number: name for name, number in facts.topics.items()}
     key = facts.topic_id[pending].astype(np.int64) << 32 | facts.queue_id[pending]
     for queue_key in np.unique(key).tolist():
