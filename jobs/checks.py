@@ -90,8 +90,8 @@ CHECKS: tuple[Check, ...] = (
                                    OR f.record_queue_id <> f.queue_id)), ' topic/queue'),
                    concat(count_if(NOT f.lmq AND f.record_queue_offset <> f.queue_offset),
                           ' queue offset'),
-                   concat(count_if(f.kind = 'normal' AND f.topic <> 'SCHEDULE_TOPIC_XXXX'
-                                   AND NOT f.lmq AND f.tags_code <> f.record_tags_code),
+                   concat(count_if(f.topic <> 'SCHEDULE_TOPIC_XXXX' AND NOT f.lmq
+                                   AND f.effective_tags_code <> f.record_tags_code),
                           ' tagsCode')) AS observed,
                {samples_q} AS sample_offsets,
                {explanation} AS explanation
@@ -99,12 +99,28 @@ CHECKS: tuple[Check, ...] = (
         WHERE NOT f.missing AND (f.size <> f.total_size
            OR (NOT f.lmq AND (f.record_topic <> f.topic OR f.record_queue_id <> f.queue_id
                               OR f.record_queue_offset <> f.queue_offset))
-           OR (f.kind = 'normal' AND f.topic <> 'SCHEDULE_TOPIC_XXXX' AND NOT f.lmq
-               AND f.tags_code <> f.record_tags_code))
+           OR (f.topic <> 'SCHEDULE_TOPIC_XXXX' AND NOT f.lmq
+               AND f.effective_tags_code <> f.record_tags_code))
         GROUP BY f.topic, f.queue_id""",
         (
           "units disagree with the records they point at: the queue was rebuilt from another "
           "commitlog or the files are damaged; queue offsets listed"
+        )),
+    Check("ext_address_unresolved", "§4.4", """
+        SELECT '{name}' AS check_name, 'error' AS severity, {queue_scope} AS scope,
+               f.topic, f.queue_id, CAST(NULL AS STRING) AS group_name,
+               count(*) AS affected,
+               'every ext address in a consume queue names a unit of consumequeue_ext'
+                   AS expected,
+               concat(count(*), ' unit(s) with an ext address no ext unit answers')
+                   AS observed,
+               {samples_q} AS sample_offsets,
+               {explanation} AS explanation
+        FROM rc_units f WHERE f.kind = 'ext_address' AND f.ext_tags_code IS NULL
+        GROUP BY f.topic, f.queue_id""",
+        (
+          "consumers filtering by tag or SQL92 cannot read these units' tags: the ext files "
+          "were lost, cut or belong to another store; queue offsets listed"
         )),
     Check("schedule_delivery_time", "§4.3, §8.9", """
         SELECT '{name}' AS check_name, 'warning' AS severity, {queue_scope} AS scope,
@@ -116,7 +132,7 @@ CHECKS: tuple[Check, ...] = (
                    AS observed,
                {samples_q} AS sample_offsets,
                {explanation} AS explanation
-        FROM (SELECT *, tags_code - unix_millis(store_time) AS delay_ms
+        FROM (SELECT *, effective_tags_code - unix_millis(store_time) AS delay_ms
               FROM rc_unit_vs_record WHERE topic = 'SCHEDULE_TOPIC_XXXX'
                 AND NOT missing) f
         GROUP BY f.topic, f.queue_id
@@ -471,6 +487,8 @@ DERIVED_VIEWS = {
     "rc_unit_vs_record": """
     SELECT u.topic, u.queue_id, u.queue_offset, u.commitlog_offset, u.size, u.tags_code,
            u.kind, m.physical_offset IS NULL AS missing,
+           CASE u.kind WHEN 'normal' THEN u.tags_code
+                       WHEN 'ext_address' THEN u.ext_tags_code END AS effective_tags_code,
            left(u.topic, 5) = '%LMQ%' AS lmq,
            m.total_size, m.topic AS record_topic, m.queue_id AS record_queue_id,
            m.queue_offset AS record_queue_offset, m.store_time,

@@ -28,8 +28,9 @@ import pyarrow.compute as pc
 
 from rmqlib.accounting import FileAccount
 from rmqlib.batchconsumequeue import decode_bcq_range
-from rmqlib.commitlog_arrow import scan_segment_arrow
-from rmqlib.consumequeue import FILLER_SIZE, decode_cq_range
+from rmqlib.commitlog_arrow import scan_segment_arrow, unwrap_inner_batches
+from rmqlib.consumequeue import EXT_MAX_ADDR, FILLER_SIZE, decode_cq_range
+from rmqlib.consumequeue_ext import ExtResolver
 from rmqlib.errors import StoreError
 from rmqlib.fileio import read_range
 from rmqlib.indexfile import INDEX_ENTRY_SIZE, IndexFile
@@ -185,8 +186,9 @@ def _commitlog_task(task: Task, context: DecodeContext
         if batch.num_rows == 0:
             continue
         if held is not None:
-            rows += held.num_rows
-            yield to_messages(held, task.rel_path, context)
+            out = to_messages(held, task.rel_path, context)
+            rows += out.num_rows
+            yield out
         held = batch
         if first is None:
             first = batch.column("physical_offset")[0].as_py()
@@ -202,10 +204,11 @@ def _commitlog_task(task: Task, context: DecodeContext
         held = held.slice(0, held.num_rows - 1)
     last: tuple[int, int, int] | None = None  # offset, size, crc of the last record kept
     if held is not None and held.num_rows:
-        rows += held.num_rows
         last = (held.column("physical_offset")[-1].as_py(),
                 held.column("total_size")[-1].as_py(), held.column("body_crc")[-1].as_py())
-        yield to_messages(held, task.rel_path, context)
+        out = to_messages(held, task.rel_path, context)
+        rows += out.num_rows
+        yield out
     report: dict[str, object] = {
         "rows": rows, "account": account,
         "segment_start": result.segment_start, "span_start": result.span_start,
@@ -292,7 +295,9 @@ def _body_columns(body: pa.Array, policy: str) -> dict[str, pa.Array]:
 
 def to_messages(batch: pa.RecordBatch, rel_path: str, context: DecodeContext
                 ) -> pa.RecordBatch:
-    """One rmqlib commitlog batch as a batch of the ``messages`` table."""
+    """One rmqlib commitlog batch as a batch of the ``messages`` table: one row per
+    message a consumer receives (inner batches unwrapped into their members)."""
+    batch = unwrap_inner_batches(batch)
     n = batch.num_rows
     col = batch.column
     store_ms = col("store_timestamp")
@@ -308,6 +313,8 @@ def to_messages(batch: pa.RecordBatch, rel_path: str, context: DecodeContext
         "transaction_type": col("transaction_type"),
         "compression": col("compression"),
         "inner_batch": col("inner_batch"),
+        "inner_index": col("inner_index"),
+        "inner_num": col("inner_num"),
         "flag": col("flag"),
         "born_time": _timestamps(col("born_timestamp")),
         "born_host": col("born_host"),
@@ -329,6 +336,7 @@ def to_messages(batch: pa.RecordBatch, rel_path: str, context: DecodeContext
         "msg_id": col("uniq_key"),
         "offset_msg_id": col("offset_msg_id"),
         "properties": col("properties"),
+        "batch_properties": col("batch_properties"),
         "source_file": pa.repeat(pa.scalar(rel_path, pa.string()), n),
         "file_position": col("file_position"),
         "first_snapshot_id": pa.repeat(pa.scalar(context.snapshot_id, pa.string()), n),
@@ -382,6 +390,8 @@ def _queue_task(task: Task, context: DecodeContext) -> Iterator[pa.RecordBatch]:
     keep = _cap(offsets, sizes, filler, context.commitlog_end)
     n = keep
     position = decoded.file_position[:keep]
+    ext = (_ext_columns(task, decoded.topic, decoded.queue_id, tags[:keep]) if not batch_queue
+           else _ExtColumns.none(n))
     if n:
         columns: dict[str, pa.Array] = {
             "broker": pa.repeat(pa.scalar(context.broker, pa.string()), n),
@@ -395,8 +405,10 @@ def _queue_task(task: Task, context: DecodeContext) -> Iterator[pa.RecordBatch]:
             "kind": _kinds(tags[:keep], filler[:keep]),
             "batch_size": (pa.array(fields["batch_size"][:keep], pa.int32()) if batch_queue
                            else pa.nulls(n, pa.int32())),
-            "store_time": (_timestamps(pa.array(fields["store_timestamp"][:keep], pa.int64()))
-                           if batch_queue else pa.nulls(n, pa.timestamp("us", tz="UTC"))),
+            "store_time": _timestamps(pa.array(fields["store_timestamp"][:keep], pa.int64())
+                                      if batch_queue else ext.store_ms),
+            "ext_tags_code": ext.tags_code,
+            "ext_filter_bitmap": ext.filter_bitmap,
             "source_file": pa.repeat(pa.scalar(task.rel_path, pa.string()), n),
             "file_position": pa.array(position, pa.int64()),
             "first_snapshot_id": pa.repeat(pa.scalar(context.snapshot_id, pa.string()), n),
@@ -412,6 +424,40 @@ def _queue_task(task: Task, context: DecodeContext) -> Iterator[pa.RecordBatch]:
         "min_queue_offset": int(queue_offset[0]) if n else None,
         "max_queue_offset": int(queue_offset[keep - 1]) if n else None,
     }
+
+
+@dataclass(frozen=True)
+class _ExtColumns:
+    """What the ext units behind ext addresses say, one value per unit (null: none)."""
+
+    tags_code: pa.Array
+    store_ms: pa.Array
+    filter_bitmap: pa.Array
+
+    @classmethod
+    def none(cls, n: int) -> _ExtColumns:
+        return cls(pa.nulls(n, pa.int64()), pa.nulls(n, pa.int64()), pa.nulls(n, pa.binary()))
+
+
+def _ext_columns(task: Task, topic: str, queue_id: int, tags: np.ndarray) -> _ExtColumns:
+    """Resolve the units' ext addresses (§4.4) in ``consumequeue_ext/`` beside the queue
+    file; an address no ext unit answers stays null (check ext_address_unresolved)."""
+    rows = np.flatnonzero(tags <= EXT_MAX_ADDR)
+    if not rows.size:
+        return _ExtColumns.none(len(tags))
+    queue = ExtResolver().queue_for(task.path, topic, queue_id)
+    codes: list[int | None] = [None] * len(tags)
+    times: list[int | None] = [None] * len(tags)
+    bitmaps: list[bytes | None] = [None] * len(tags)
+    for row in rows.tolist():
+        try:
+            unit = queue.resolve(int(tags[row]))
+        except StoreError:
+            continue
+        codes[row], times[row], bitmaps[row] = (unit.tags_code, unit.msg_store_time,
+                                                unit.filter_bitmap)
+    return _ExtColumns(pa.array(codes, pa.int64()), pa.array(times, pa.int64()),
+                       pa.array(bitmaps, pa.binary()))
 
 
 # --------------------------------------------------------------------------- index

@@ -115,9 +115,11 @@ def create_views(spark: SparkSession, registry: Registry, scope: SnapshotScope) 
     b, s, visible = scope.broker_sql, scope.snapshot_sql, scope.visible_sql
     cl_min, cl_max = scope.commitlog_min_offset, scope.commitlog_max_offset
     views = {
+        # One row per commitlog record (an inner batch's first member stands for it, with
+        # the record's own tags, keys and UNIQ_KEY): what queues and the index point at.
         "rc_msg": f"""
             SELECT {MESSAGE_COLUMNS} FROM rc_all_messages
-            WHERE broker = {b} AND first_snapshot_id IN ({visible})
+            WHERE broker = {b} AND first_snapshot_id IN ({visible}) AND inner_index = 0
               AND physical_offset >= {cl_min} AND physical_offset < {cl_max}""",
         "rc_qe": f"""
             SELECT * FROM rc_all_queue_entries
@@ -167,5 +169,9 @@ def drop_views(spark: SparkSession) -> None:
 CACHED = ("rc_msg", "rc_qe")
 MESSAGE_COLUMNS = ", ".join((
     "physical_offset", "total_size", "topic", "queue_id", "queue_offset", "transaction_type",
-    "store_time", "tags", "keys", "properties['UNIQ_KEY'] AS uniq_key", "body_crc_ok",
-    "property_crc_ok", "source_file"))
+    "store_time",
+    "CASE WHEN inner_num IS NULL THEN tags ELSE batch_properties['TAGS'] END AS tags",
+    "CASE WHEN inner_num IS NULL THEN keys ELSE filter(split(coalesce("
+    "batch_properties['KEYS'], ''), ' '), k -> k <> '') END AS keys",
+    "coalesce(batch_properties, properties)['UNIQ_KEY'] AS uniq_key",
+    "coalesce(inner_num, 1) AS width", "body_crc_ok", "property_crc_ok", "source_file"))

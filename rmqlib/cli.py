@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from rmqlib.accounting import FileAccount
     from rmqlib.commitlog import CommitLogRecord
     from rmqlib.dump import Output, Window
+    from rmqlib.innerbatch import InnerMessage
 
 # 0 clean; 1 findings (verify: an invariant broken; dump: unreadable bytes met; get: no
 # match); 2 bad command line; 3 bad input (a path that is not a store file, a corrupt
@@ -246,6 +247,8 @@ def dump_commitlog(args: argparse.Namespace) -> int:
                 if window.take():  # the hot path: one line per record, nothing else
                     out.line(record_json(item, args.body) if out.as_json
                              else record_line(item))
+                    if item.inner_batch:
+                        _show_members(out, item, args.body)
                 if window.full:
                     return
             yield scan.account, scan.result.records
@@ -253,20 +256,65 @@ def dump_commitlog(args: argparse.Namespace) -> int:
     return _dump(args, "records", each)
 
 
+def _show_members(out: Output, record: CommitLogRecord, with_body: bool) -> None:
+    """The messages inside an inner-batch record, each on its own line after it: what a
+    consumer receives. A body that does not split into members is reported (exit 1)."""
+    from rmqlib.innerbatch import inner_num, split_inner_batch
+
+    try:
+        members = split_inner_batch(record.decompressed_body(), record.queue_offset,
+                                    expected=inner_num(record.properties),
+                                    path=record.path, offset=record.position)
+    except StoreError as error:
+        out.unreadable += 1
+        reason = str(error)
+        row = {"kind": "member_error", "physical_offset": record.physical_offset,
+               "reason": reason}
+        out.item(lambda: row, lambda: f"   -- inner batch not unwrapped: {reason}")
+        return
+    for member in members:
+        row = member_row(record, member, with_body)
+        out.item(lambda r=row: r, lambda r=row: "   member " + row_text(r))
+
+
+def member_row(record: CommitLogRecord, member: InnerMessage,
+               with_body: bool = False) -> dict[str, Any]:
+    """One inner-batch member as a dump row: its own fields; the rest is the record's."""
+    row: dict[str, Any] = {
+        "kind": "member", "physical_offset": record.physical_offset,
+        "inner_index": member.index, "topic": record.topic, "queue_id": record.queue_id,
+        "queue_offset": member.queue_offset, "flag": member.flag, "tags": member.tags,
+        "keys": member.keys, "uniq_key": member.uniq_key,
+        "properties": dict(member.properties), "body_length": len(member.body),
+        "body_sha256": hashlib.sha256(member.body).hexdigest(),
+    }
+    if with_body:
+        try:
+            row["body"] = member.body.decode("utf-8")
+        except UnicodeDecodeError:
+            row["body_base64"] = base64.b64encode(member.body).decode("ascii")
+    return row
+
+
 def _dump_unit_files(args: argparse.Namespace, noun: str, decode_file: Callable[[Path], Any],
                      rows: Callable[[Any], Iterable[dict[str, Any]]]) -> int:
     """Dump queue-like files (consume queue, batch consume queue, ext): their units with
-    every region of the file's account between them."""
+    every region of the file's account between them. The path may be one file, a queue
+    directory, a topic directory or the whole root (``consumequeue/``): every queue under
+    it is dumped, each row naming its topic and queue id."""
     from rmqlib.dump import account_regions, merged
-    from rmqlib.segments import list_segments
+    from rmqlib.queue_paths import queue_files
 
-    path = existing(args.path)
-    files = [path] if path.is_file() else [seg.path for seg in list_segments(path)]
+    targets = queue_files(existing(args.path))
 
     def each(window: Window, out: Output) -> Iterator[tuple[FileAccount, int]]:
-        for file in files:
-            decode = decode_file(Path(file))
-            units = ((row["file_position"], row) for row in rows(decode))
+        for region in targets.skipped:
+            _show(window, out, region, region.row, region.text)
+        for file in targets.files:
+            decode = decode_file(file)
+            where = {"topic": decode.topic, "queue_id": decode.queue_id}
+            units = ((row["file_position"], {"kind": "unit", **where, **row})
+                     for row in rows(decode))
             count = 0
             for _position, item in merged(units, account_regions(decode.account)):
                 row = item if isinstance(item, dict) else {}
@@ -279,25 +327,43 @@ def _dump_unit_files(args: argparse.Namespace, noun: str, decode_file: Callable[
 
 
 def dump_consumequeue(args: argparse.Namespace) -> int:
+    """Consume-queue units; ext addresses resolved to their ext unit. A path under
+    ``batchconsumequeue/`` or ``consumequeue_ext/`` is dumped with that file's decoder."""
     from rmqlib.consumequeue import decode_cq_file
+    from rmqlib.consumequeue_ext import ExtResolver
+    from rmqlib.queue_paths import BATCH_ROOT, EXT_ROOT, queue_root_kind
 
-    return _dump_unit_files(args, "units", decode_cq_file, lambda decode: (
-        {"kind": "unit", "file": decode.path, **dataclasses.asdict(unit)}
-        for unit in decode.units()))
+    kind = queue_root_kind(existing(args.path))
+    if kind == BATCH_ROOT:
+        return dump_batchconsumequeue(args)
+    if kind == EXT_ROOT:
+        return dump_consumequeue_ext(args)
+    resolver = ExtResolver()
+
+    def rows(decode: Any) -> Iterator[dict[str, Any]]:
+        for unit in decode.units():
+            row = {"file": decode.path, **dataclasses.asdict(unit)}
+            if unit.is_ext_addr:
+                row.update(resolver.describe(decode.path, decode.topic, decode.queue_id,
+                                             unit.tags_code))
+            yield row
+
+    return _dump_unit_files(args, "units", decode_cq_file, rows)
 
 
 def dump_batchconsumequeue(args: argparse.Namespace) -> int:
     from rmqlib.batchconsumequeue import decode_bcq_file
 
     return _dump_unit_files(args, "units", decode_bcq_file, lambda decode: (
-        {"kind": "unit", **row} for row in decode.to_record_batch().to_pylist()))
+        {k: v for k, v in row.items() if k not in ("topic", "queue_id")}
+        for row in decode.to_record_batch().to_pylist()))
 
 
 def dump_consumequeue_ext(args: argparse.Namespace) -> int:
     from rmqlib.consumequeue_ext import decode_cqx_file
 
     return _dump_unit_files(args, "units", decode_cqx_file, lambda decode: (
-        {"kind": "unit", "file": decode.path, **dataclasses.asdict(unit),
+        {"file": decode.path, **dataclasses.asdict(unit),
          "filter_bitmap": unit.filter_bitmap.hex()} for unit in decode.units))
 
 
@@ -378,11 +444,63 @@ def dump_checkpoint(args: argparse.Namespace) -> int:
     return _dump(args, "checkpoints", each)
 
 
+def dump_timerlog(args: argparse.Namespace) -> int:
+    """Timer log units (a file, ``timerlog/`` or the store root), with the end-of-file
+    blank, zero tails and unreadable slots as regions in between."""
+    from rmqlib.dump import BLANK, Region, account_regions, merged
+    from rmqlib.timerlog import decode_timerlog_file, list_timerlog, magic_names
+
+    path = existing(args.path)
+    files = [path] if path.is_file() else [seg.path for seg in list_timerlog(path)]
+
+    def each(window: Window, out: Output) -> Iterator[tuple[FileAccount, int]]:
+        for file in files:
+            decode = decode_timerlog_file(file)
+            regions = account_regions(decode.account)
+            if decode.blank_position is not None:  # the blank and the zeros after it
+                regions.append(Region(str(file), decode.blank_position, decode.account.blank,
+                                      BLANK, "end-of-file blank: the broker moved on to the "
+                                      "next file"))
+            units = ((u.file_position, {"kind": "unit", "file": str(file), **dataclasses.asdict(
+                u), "magic_names": magic_names(u.magic), "delivery_ms": u.delivery_ms})
+                for u in decode.units())
+            for _position, item in merged(units, regions):
+                row = item if isinstance(item, dict) else {}
+                if not _show(window, out, item, lambda r=row: r, lambda r=row: row_text(r)):
+                    return
+            yield decode.account, decode.count
+
+    return _dump(args, "units", each)
+
+
+def dump_timerwheel(args: argparse.Namespace) -> int:
+    """Used timer wheel slots; runs of empty slots are counted as blank regions."""
+    from rmqlib.dump import BLANK, Region, account_regions, merged
+    from rmqlib.timerwheel import SLOT_SIZE, read_timerwheel
+
+    wheel = read_timerwheel(existing(args.path))
+
+    def each(window: Window, out: Output) -> Iterator[tuple[FileAccount, int]]:
+        empty = [Region(wheel.path, first * SLOT_SIZE, count * SLOT_SIZE, BLANK,
+                        f"{count} empty slots ({first}..{first + count - 1}), not listed")
+                 for first, count in wheel.empty_runs()]
+        slots = ((s.file_position, {"kind": "slot", "file": wheel.path, **dataclasses.asdict(s)})
+                 for s in wheel.slots())
+        for _position, item in merged(slots, [*empty, *account_regions(wheel.account)]):
+            row = item if isinstance(item, dict) else {}
+            if not _show(window, out, item, lambda r=row: r, lambda r=row: row_text(r)):
+                return
+        yield wheel.account, wheel.count
+
+    return _dump(args, "slots", each)
+
+
 DUMPERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "commitlog": dump_commitlog, "consumequeue": dump_consumequeue, "cq": dump_consumequeue,
     "batchconsumequeue": dump_batchconsumequeue, "bcq": dump_batchconsumequeue,
     "consumequeue_ext": dump_consumequeue_ext, "ext": dump_consumequeue_ext,
     "index": dump_index, "config": dump_config, "checkpoint": dump_checkpoint,
+    "timerlog": dump_timerlog, "timerwheel": dump_timerwheel,
 }
 
 
@@ -495,10 +613,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if len(report.findings) > len(shown):
         print(f"... {len(report.findings) - len(shown)} more findings (--max-findings)")
     counts = report.counts
+    optional = ", ".join(f"{counts[key]} {label}" for key, label in (
+        ("bcq_units", "batch consume-queue units"), ("cq_ext_units", "ext addresses"),
+        ("timers_pending", "pending timer messages")) if counts.get(key))
     print(f"verified {report.root} ({report.inventory.generation}): "
           f"{counts['commitlog_records']} commitlog records, {counts['cq_units']} "
           f"consume-queue units, {counts['index_entries']} index entries, "
-          f"{counts['consumer_offsets']} consumer offsets, {len(report.accounts)} files "
+          f"{counts['consumer_offsets']} consumer offsets, "
+          f"{optional + ', ' if optional else ''}{len(report.accounts)} files "
           f"accounted; {len(report.errors)} errors, {len(report.warnings)} warnings")
     print("OK" if report.ok else "FAILED")
     return EXIT_OK if report.ok else EXIT_FINDINGS

@@ -3,9 +3,10 @@
 Every file under the root gets exactly one :class:`FileKind`; nothing is skipped, so
 an unexpected file shows up as ``UNKNOWN`` rather than disappearing. Files rmqlib knows
 but does not decode (RocksDB metadata or consume queues of 5.x ``storeType=defaultRocksDB``,
-timer wheel, compaction logs, DLedger) are listed as "present, not decoded" with a
-message. The broker generation (4.x or 5.x) is inferred from evidence that only one
-of them writes (spec §9), and each piece of evidence is reported.
+compaction logs, DLedger) are listed as "present, not decoded" with a message; the 5.x
+timer files are decoded (``rmqlib.timerlog``, ``rmqlib.timerwheel``, ``rmqlib.timers``).
+The broker generation (4.x or 5.x) is inferred from evidence that only one of them
+writes (spec §9), and each piece of evidence is reported.
 """
 
 from __future__ import annotations
@@ -46,10 +47,10 @@ class FileKind(StrEnum):
     CONFIG_BACKUP = "config_backup"
     CONFIG_TMP = "config_tmp"
     TIMERCHECK = "timercheck"
-    # Present, not decoded by rmqlib:
-    ROCKSDB = "rocksdb"
     TIMER_WHEEL = "timer_wheel"
     TIMER_LOG = "timer_log"
+    # Present, not decoded by rmqlib:
+    ROCKSDB = "rocksdb"
     COMPACTION = "compaction"
     HA_STATE = "ha_state"
     DLEDGER = "dledger"
@@ -58,8 +59,6 @@ class FileKind(StrEnum):
 
 NOT_DECODED: dict[FileKind, str] = {
     FileKind.ROCKSDB: "RocksDB data (5.x): present, not decoded",
-    FileKind.TIMER_WHEEL: "5.x timer wheel: present, not decoded",
-    FileKind.TIMER_LOG: "5.x timer log: present, not decoded",
     FileKind.COMPACTION: "5.x compaction log of a COMPACTION topic: present, not decoded",
     FileKind.HA_STATE: "controller-mode HA state: present, not decoded",
     FileKind.DLEDGER: "DLedger commitlog (different framing): present, not decoded",
@@ -159,7 +158,7 @@ def classify(relative: Path, size: int) -> StoreFile:
         kind = FileKind.INDEX
     elif top == "config":
         kind = _classify_config_file(parts)
-    elif top == "timerlog":
+    elif top == "timerlog" and len(parts) == 2 and SEGMENT_NAME.match(name):
         kind = FileKind.TIMER_LOG
     elif top == "compaction":
         kind = FileKind.COMPACTION

@@ -62,6 +62,7 @@ from rmqlib.inventory import Inventory, take_inventory
 from rmqlib.javahash import index_key_hashes, tags_code
 from rmqlib.properties import INNER_MULTI_DISPATCH, INNER_MULTI_QUEUE_OFFSET, INNER_NUM
 from rmqlib.segments import list_segments
+from rmqlib.timers import check_timer_store, commitlog_properties, read_timer_store
 
 ERROR = "error"
 WARNING = "warning"
@@ -135,6 +136,7 @@ def verify_store(root: str | Path, *, verify_crc: bool = True) -> VerifyReport:
     _check_batch_consume_queues(report, facts, queues)
     _check_dispatch_complete(report, facts, queues)
     _check_ext_files(report, queues)
+    _check_timers(report)
     _check_config(report, queues.bounds)
     return report
 
@@ -712,6 +714,26 @@ def _check_dispatch_complete(report: VerifyReport, facts: RecordFacts,
                        f"record at physical offset {int(facts.physical_offset[row])} ({topic}/"
                        f"{queue_id} offset {int(facts.queue_offset[row])}) has no "
                        "consume-queue unit")
+
+
+# --------------------------------------------------------------------------- timers
+
+
+def _check_timers(report: VerifyReport) -> None:
+    """§6.4: timer log, wheel and timercheck account for their bytes, each timer log unit
+    names its ``rmq_sys_wheel_timer`` record (size, TIMER_OUT_MS, topic hash) and the
+    wheel's slots chain the units of their tick (rmqlib.timers)."""
+    if not ((report.root / "timerlog").is_dir() or (report.root / "timerwheel").is_file()):
+        return
+    timers = read_timer_store(report.root)
+    for account in timers.accounts:
+        report.account(account)
+    properties_of = commitlog_properties(report.root / "commitlog")
+    for finding in check_timer_store(timers, properties_of=properties_of):
+        report.add(finding.severity, finding.check, finding.path, finding.offset,
+                   finding.message)
+    pending = timers.pending()
+    report.counts["timers_pending"] += len(pending.pending) if pending is not None else 0
 
 
 # --------------------------------------------------------------------------- config

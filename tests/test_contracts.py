@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Callable
 from dataclasses import replace
 from importlib import resources
@@ -37,7 +38,8 @@ from jobs.contracts import (
 
 TABLES = ("messages", "queue_entries", "index_entries", "topics", "subscription_groups",
           "consumer_offsets", "delay_offsets", "snapshots", "quarantine", "retention_gaps",
-          "load_state", "load_runs", "check_results", "consumer_lag", "alerts")
+          "load_state", "load_runs", "check_results", "consumer_lag", "consumer_status",
+          "alerts")
 APPEND_ONLY = {"messages", "queue_entries", "index_entries", "load_runs"}
 CONTRACT_FILES = sorted(CONTRACTS_DIR.glob("*.yaml"))
 
@@ -60,8 +62,9 @@ def test_contract_is_valid_odcs(path: Path) -> None:
     assert errors == [], [e.message for e in errors]
     model = OpenDataContractStandard.model_validate(document)
     assert model.apiVersion in ("v3.1.0", "v3.2.0")
-    assert (model.kind, model.id, model.version, model.status, model.domain) == (
-        "DataContract", f"urn:rmq-lakehouse:{path.stem}", "1.0.0", "active", "rocketmq")
+    assert (model.kind, model.id, model.status, model.domain) == (
+        "DataContract", f"urn:rmq-lakehouse:{path.stem}", "active", "rocketmq")
+    assert re.fullmatch(r"[1-9]\d*\.\d+\.\d+", model.version)  # MAJOR.MINOR.PATCH
     assert model.description.purpose and model.description.usage
     assert model.description.limitations
     [table] = model.schema_
@@ -94,7 +97,7 @@ def test_contract_carries_layout_and_the_agreed_quality_rules(table: str) -> Non
 
 def test_messages_layout_and_rules() -> None:
     messages = load_contract("messages")
-    assert messages.primary_key == ["broker", "physical_offset"]
+    assert messages.primary_key == ["broker", "physical_offset", "inner_index"]
     assert messages.partition_columns == ["store_date"]
     stats = messages.table_properties["delta.dataSkippingStatsColumns"].split(",")
     assert stats == ["broker", "physical_offset", "topic", "queue_id", "queue_offset",

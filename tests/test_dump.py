@@ -204,3 +204,40 @@ def test_batch_queue_and_ext_dumps_show_damage_inline(capsys, tmp_path) -> None:
     assert code == EXIT_OK
     assert [r["kind"] for r in rows] == ["unit", "unit", "region", "account"]
     assert rows[0]["filter_bitmap"] == "0102" and rows[-1]["zero_tail_bytes"] == 64
+
+
+def test_a_directory_dump_covers_every_queue_at_every_level(capsys, broker_stores,
+                                                            tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """File, queue, topic, root and store root: each level dumps every unit file under it,
+    every row names its topic and queue, and the accounts add up to the files' sizes."""
+    store = broker_stores["v5-clean"] / "store"
+    root = store / "consumequeue"
+    files = sorted(p for p in root.rglob("*") if p.is_file())
+    by_level = {
+        "store": (store, files),
+        "root": (root, files),
+        "topic": (root / "TopicNormal",
+                  [p for p in files if p.parent.parent.name == "TopicNormal"]),
+        "queue": (root / "TopicNormal" / "1",
+                  [p for p in files if p.parent == root / "TopicNormal" / "1"]),
+    }
+    for level, (path, expected) in by_level.items():
+        code, rows = dump(capsys, "consumequeue", str(path))
+        assert code == EXIT_OK, level
+        units = [r for r in rows if r["kind"] == "unit"]
+        assert {Path(r["file"]) for r in units} <= set(expected), level
+        assert all(Path(r["file"]).parent.parent.name == r["topic"]
+                   and int(Path(r["file"]).parent.name) == r["queue_id"] for r in units)
+        account = rows[-1]
+        assert account["files"] == len(expected), level
+        assert (account["decoded_bytes"] + account["zero_tail_bytes"] + account["blank_bytes"]
+                + account["unreadable_bytes"]) == sum(p.stat().st_size for p in expected)
+        assert account["units"] == len(units) > 0
+    # a stray file inside a queue directory is listed, not passed over
+    copy = tmp_path / "consumequeue"
+    shutil.copytree(root / "TopicNormal", copy / "TopicNormal")
+    (copy / "TopicNormal" / "0" / "notes.txt").write_text("hello")
+    code, rows = dump(capsys, "consumequeue", str(copy))
+    skipped = [r for r in rows if r["kind"] == "region" and r["region"] == "skipped"]
+    assert [Path(r["file"]).name for r in skipped] == ["notes.txt"]
+    assert skipped[0]["length"] == 5

@@ -6,9 +6,10 @@
 
 The corpus of each target is seeded from the real-broker stores (``.cache/stores``, built
 by the harness): prefixes of commitlog segments, consume-queue files, index files,
-checkpoints and config JSON (``tests/fuzz/corpus/<target>/``, ignored by git). A crash,
-an exception other than rmqlib's ``StoreError``, a broken property (``targets.py``), a
-hang (``-timeout``) or runaway memory (``-rss_limit_mb``) is written by libFuzzer into
+timer log files, checkpoints and config JSON (``tests/fuzz/corpus/<target>/``, ignored
+by git). A crash, an exception other than rmqlib's ``StoreError``, a broken property
+(``targets.py``), a hang (``-timeout``) or runaway memory (``-rss_limit_mb``) is written
+by libFuzzer into
 ``tests/fuzz/regressions/<target>/``, which is committed: ``tests/test_fuzz.py`` replays
 every file there on each test run. Each target runs in its own process (libFuzzer owns it).
 """
@@ -33,13 +34,16 @@ SEED_BYTES = 64 * 1024  # prefixes: small inputs keep libFuzzer fast
 INSTRUMENTED = [f"rmqlib.{name}" for name in (
     "accounting", "batchconsumequeue", "checkpoint", "cli", "commitlog", "commitlog_arrow",
     "commitlog_layout", "commitlog_walk", "compression", "config", "consumequeue",
-    "consumequeue_ext", "dump", "fileio", "indexfile", "msgid", "properties")]
+    "consumequeue_ext", "dump", "fileio", "indexfile", "msgid", "properties", "timerlog",
+    "timerwheel")]
 
 
 def _seeds(target: str) -> list[tuple[str, bytes]]:
     """(name, bytes) seeds for a target from every real-broker variant present."""
     seeds: list[tuple[str, bytes]] = []
-    for variant in sorted(p for p in STORES.glob("v*") if (p / "store").is_dir()):
+    # complete variants only: a failed build (``<variant>.failed``) may lack directories
+    for variant in sorted(p for p in STORES.glob("v*")
+                          if (p / "store").is_dir() and (p / "COMPLETE").is_file()):
         store = variant / "store"
 
         def add(name: str, path: Path, limit: int | None = SEED_BYTES,
@@ -60,6 +64,9 @@ def _seeds(target: str) -> list[tuple[str, bytes]]:
         elif target == "checkpoint":
             add("checkpoint", store / "checkpoint", None)
             add("timercheck", store / "config" / "timercheck", None)
+        elif target == "timerlog":
+            for segment in sorted((store / "timerlog").glob("[0-9]*"))[:2]:
+                add(f"timerlog-{segment.name}", segment)
         elif target == "config_json":
             for config in sorted((store / "config").glob("*.json")):
                 add(f"config-{config.name}", config, None)

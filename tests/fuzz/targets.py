@@ -179,6 +179,34 @@ def dump_commitlog(data: bytes) -> None:
     check_tiles([json.loads(line) for line in out.getvalue().splitlines()], len(data))
 
 
+def timerlog(data: bytes) -> None:
+    """A timer log file (and the same bytes as a timer wheel): accounts balance, units lie
+    inside the data, the Arrow batch builds, and `rmq dump timerlog --json` tiles the file."""
+    import io
+    import json
+
+    from rmqlib.cli import main
+    from rmqlib.timerlog import TL_UNIT_SIZE, decode_timerlog_bytes
+    from rmqlib.timerwheel import decode_timerwheel_bytes
+
+    decode = decode_timerlog_bytes(data, path="fuzz/timerlog", start=0)
+    _check_account(decode.account, len(data))
+    if decode.count and int(decode.file_position.max()) + TL_UNIT_SIZE > len(data):
+        raise PropertyViolation("a timer log unit past the end of the data")
+    if decode.to_record_batch().num_rows != decode.count:
+        raise PropertyViolation("the Arrow batch and the units disagree")
+    _check_account(decode_timerwheel_bytes(data).account, len(data))
+    path = _scratch_file(data)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        code = main(["dump", "timerlog", str(path), "--json"])
+    if code not in (0, 1):
+        raise PropertyViolation(f"dump timerlog exited {code}")
+    rows = [json.loads(line) for line in out.getvalue().splitlines()]
+    check_tiles([{**row, "position": row["file_position"], "total_size": TL_UNIT_SIZE}
+                 if row["kind"] == "unit" else row for row in rows], len(data))
+
+
 def check_tiles(rows: list[dict], size: int) -> None:
     """Dump rows (records and regions) cover [0, size) in order, each byte once."""
     position = 0
@@ -204,7 +232,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "commitlog": commitlog, "commitlog_ranges": commitlog_ranges,
     "consumequeue": consumequeue, "batchconsumequeue": batchconsumequeue,
     "consumequeue_ext": consumequeue_ext, "indexfile": indexfile, "checkpoint": checkpoint,
-    "config_json": config_json, "dump_commitlog": dump_commitlog,
+    "config_json": config_json, "dump_commitlog": dump_commitlog, "timerlog": timerlog,
 }
 
 
