@@ -37,6 +37,8 @@ def _load_harness_fixtures():  # type: ignore[no-untyped-def]
 broker_stores = _load_harness_fixtures().broker_stores
 # The v5-growing variant dir (snapshots s1..s3 of one running broker), built on first use.
 growing_store = _load_harness_fixtures().growing_store
+# The v5-features variant dir (every optional 5.x store feature, IPv6), built on first use.
+features_store = _load_harness_fixtures().features_store
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,8 @@
 """pytest fixtures for the real-broker stores: thin wrappers around ``stores.ensure_stores``.
 
 Import into a test module (or a conftest) with ``from <this module> import broker_stores,
-growing_store``; the module loads ``stores.py`` by path, so it works whether or not ``tests`` is a
-package.
+growing_store, features_store``; the module loads ``stores.py`` by path, so it works whether or
+not ``tests`` is a package.
 """
 
 from __future__ import annotations
@@ -47,6 +47,20 @@ def growing_store() -> Path:
     (~1.5 min), separately from the four main variants."""
     try:
         return stores.ensure_stores([stores.GROWING_VARIANT])[stores.GROWING_VARIANT]
+    except stores.StoreGenerationError as exc:
+        details = f"\n{exc.details}" if exc.details else ""
+        pytest.fail(f"{exc}{details}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def features_store() -> Path:
+    """The ``v5-features`` variant dir: ``store/`` (one 5.5.0 broker over IPv6, with BatchCQ
+    inner batches, consume-queue ext with filter bitmaps, LMQ, the property CRC trailer,
+    zlib/lz4/zstd bodies, timers fired and pending, magic-v2 pop-retry records; clean shutdown)
+    and ``truth/`` (messages, batches, lmq, timers, pops, queue_records, ...). Generated on first
+    use (~45 s), separately from the other variants."""
+    try:
+        return stores.ensure_stores([stores.FEATURES_VARIANT])[stores.FEATURES_VARIANT]
     except stores.StoreGenerationError as exc:
         details = f"\n{exc.details}" if exc.details else ""
         pytest.fail(f"{exc}{details}", pytrace=False)

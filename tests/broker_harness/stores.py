@@ -13,7 +13,9 @@ happened. Layout of one variant under the cache directory::
 
 The extra variant ``v5-growing`` (not part of ``VARIANTS``, see ``EXTRA_VARIANTS``) also has
 ``snapshots/s1|s2|s3/store`` (hot copies of the running broker's store) and
-``truth/snapshots.json``.
+``truth/snapshots.json``. The extra variant ``v5-features`` (IPv6, BatchCQ, consume-queue ext, LMQ,
+property CRC, zstd/lz4, timers, magic-v2 pop retries) adds ``truth/batches.jsonl``, ``lmq.jsonl``,
+``timers.jsonl``, ``pops.jsonl``, ``queue_records.jsonl`` and ``runtime_stats.json``.
 
 Stdlib only; imports nothing from the project. Usage::
 
@@ -51,7 +53,10 @@ VARIANTS: tuple[str, ...] = ("v4-clean", "v4-killed", "v5-clean", "v5-killed")
 #: ``growing_store`` fixture): successive hot copies of one running 5.5.0 broker, the last one
 #: after the broker's own retention deleted the oldest commitlog files.
 GROWING_VARIANT = "v5-growing"
-EXTRA_VARIANTS: tuple[str, ...] = (GROWING_VARIANT,)
+#: Built only on request too: one 5.5.0 broker with every optional 5.x store feature switched on
+#: (batch consume queues, consume-queue ext, LMQ, property CRC, zstd/lz4, timers, IPv6).
+FEATURES_VARIANT = "v5-features"
+EXTRA_VARIANTS: tuple[str, ...] = (GROWING_VARIANT, FEATURES_VARIANT)
 ALL_VARIANTS: tuple[str, ...] = VARIANTS + EXTRA_VARIANTS
 DEFAULT_VARIANT = "v5-clean"
 CACHE_ENV = "RMQ_STORE_CACHE"
@@ -78,6 +83,15 @@ DRIVER_JVM_OPTS = [
     "--add-opens=java.base/jdk.internal.misc=ALL-UNNAMED",
     "-Djava.net.preferIPv4Stack=true",
 ]
+#: Variants whose processes talk over IPv6 (::1): their driver JVM must not prefer the IPv4 stack.
+IPV6_VARIANTS: tuple[str, ...] = (FEATURES_VARIANT,)
+
+
+def driver_jvm_opts(variant: str) -> list[str]:
+    """JVM options of the driver for one variant (no ``preferIPv4Stack`` for the IPv6 ones)."""
+    if variant in IPV6_VARIANTS:
+        return [o for o in DRIVER_JVM_OPTS if not o.startswith("-Djava.net.preferIPv4Stack")]
+    return list(DRIVER_JVM_OPTS)
 
 
 class StoreGenerationError(RuntimeError):
@@ -104,11 +118,27 @@ def _fingerprinted_files() -> list[Path]:
     return sorted(set(files))
 
 
-def fingerprint() -> str:
-    """sha256 over the harness sources and poms (plus HARNESS_REVISION)."""
+def _scenario_of(source: Path) -> str | None:
+    """``GrowingWorkload.java`` -> ``growing``: a scenario's own workload class (None = shared)."""
+    name = source.name
+    if name.endswith("Workload.java") and name != "Workload.java":
+        return name[: -len("Workload.java")].lower()
+    return None
+
+
+def fingerprint(variant: str | None = None) -> str:
+    """sha256 over the harness sources and poms (plus HARNESS_REVISION).
+
+    A scenario's own workload class (``<Scenario>Workload.java``) counts only for the variant
+    ending in ``-<scenario>``, so editing one scenario does not regenerate every other store.
+    """
+    scenario = variant.rsplit("-", 1)[-1] if variant else None
     h = hashlib.sha256()
     h.update(f"revision={HARNESS_REVISION}\n".encode())
     for f in _fingerprinted_files():
+        own = _scenario_of(f)
+        if own is not None and variant is not None and own != scenario:
+            continue
         rel = f.relative_to(HARNESS_DIR).as_posix()
         h.update(rel.encode() + b"\0")
         h.update(hashlib.sha256(f.read_bytes()).digest())
@@ -216,7 +246,7 @@ def generate_variant(variant: str, cache: Path, fp: str) -> Path:
     tmp = cache / f".tmp-{variant}-{os.getpid()}-{int(time.time())}"
     _rmtree(tmp)
     (tmp / "logs").mkdir(parents=True)
-    cmd = [_which("java"), *DRIVER_JVM_OPTS, f"-Duser.home={tmp / 'work' / 'home'}",
+    cmd = [_which("java"), *driver_jvm_opts(variant), f"-Duser.home={tmp / 'work' / 'home'}",
            "-cp", _classpath(line), "rmqharness.Harness",
            "--variant", variant, "--out", str(tmp), "--timeout", str(VARIANT_TIMEOUT - 60)]
     env = {k: v for k, v in os.environ.items() if k not in ("NAMESRV_ADDR", "JAVA_TOOL_OPTIONS")}
@@ -284,7 +314,6 @@ def ensure_stores(variants=None, cache_dir=None, *, force: bool = False,
             raise StoreGenerationError(
                 f"unknown variant {v!r} (known: {', '.join(ALL_VARIANTS)})")
     cache = Path(cache_dir).expanduser().resolve() if cache_dir else default_cache_dir()
-    fp = fingerprint()
     result: dict[str, Path] = {}
     with _cache_lock(cache):
         # leftovers of interrupted runs (never complete: they were not renamed into place)
@@ -292,6 +321,7 @@ def ensure_stores(variants=None, cache_dir=None, *, force: bool = False,
             _rmtree(stale)
         for v in names:
             vdir = cache / v
+            fp = fingerprint(v)
             if not force and is_complete(vdir, fp):
                 result[v] = vdir
                 continue

@@ -30,7 +30,9 @@ import java.util.concurrent.TimeUnit;
  * or SIGKILLs it while producers are still sending. Variants ending in {@code -growing} run
  * {@link GrowingWorkload} instead: hot copies of the live store taken between production phases
  * and after the broker's own retention deleted old commitlog files (DIR also gets
- * {@code snapshots/s1..s3/store}).
+ * {@code snapshots/s1..s3/store}). Variants ending in {@code -features} run the 5.x-only
+ * {@code FeaturesWorkload} (loaded by reflection through {@link Scenario}, the v4 module does not
+ * have it): every optional store feature switched on, possibly over IPv6 ({@link #loopback}).
  *
  * <p>Usage: {@code java -cp ... rmqharness.Harness --variant v5-clean --out DIR [--timeout SEC]}.
  * DIR gets {@code store/} (storePathRootDir), {@code truth/}, {@code logs/}. Exit code 0 on
@@ -59,6 +61,11 @@ public final class Harness {
     final String variant;
     final boolean killedMode;
     final boolean growingMode;
+    final boolean featuresMode;
+    /** The address every process binds to, advertises and connects to: 127.0.0.1, or ::1 if the scenario says so. */
+    String loopback = "127.0.0.1";
+    /** A line-specific scenario class (-features), null otherwise. */
+    Scenario scenario;
     final Path out;
     final Path store;
     final Path truth;
@@ -75,8 +82,9 @@ public final class Harness {
         this.variant = variant;
         this.killedMode = variant.endsWith("-killed");
         this.growingMode = variant.endsWith("-growing");
-        if (!killedMode && !growingMode && !variant.endsWith("-clean")) {
-            throw new HarnessError("variant must end with -clean, -killed or -growing: " + variant);
+        this.featuresMode = variant.endsWith("-features");
+        if (!killedMode && !growingMode && !featuresMode && !variant.endsWith("-clean")) {
+            throw new HarnessError("variant must end with -clean, -killed, -growing or -features: " + variant);
         }
         String line = variant.substring(0, variant.indexOf('-'));
         if (!line.equals("v" + Compat.LINE)) {
@@ -173,16 +181,22 @@ public final class Harness {
         // Rebalance every second instead of every 20 s (new %RETRY% routes are picked up quickly).
         System.setProperty("rocketmq.client.rebalance.waitInterval", "1000");
 
+        if (featuresMode) {
+            scenario = (Scenario) Class.forName("rmqharness.FeaturesWorkload").getDeclaredConstructor(Harness.class)
+                .newInstance(this);
+            loopback = scenario.loopback();
+        }
+
         // ---- ports (loopback; the broker also uses listenPort-2 (fast/VIP) and listenPort+1 (HA))
-        int nsPort = freePort(0, 0);
-        int brokerPort = freePort(2, 1);
-        String nsAddr = "127.0.0.1:" + nsPort;
-        String brokerAddr = "127.0.0.1:" + brokerPort;
+        int nsPort = freePort(loopback, 0, 0);
+        int brokerPort = freePort(loopback, 2, 1);
+        String nsAddr = hostPort(loopback, nsPort);
+        String brokerAddr = hostPort(loopback, brokerPort);
 
         // ---- configs
         Map<String, String> nsConf = new LinkedHashMap<>();
         nsConf.put("listenPort", String.valueOf(nsPort));
-        nsConf.put("bindAddress", "127.0.0.1");
+        nsConf.put("bindAddress", loopback);
         nsConf.put("rocketmqHome", work.resolve("rmqhome").toString());
         nsConf.put("kvConfigPath", work.resolve("namesrv/kvConfig.json").toString());
         nsConf.put("configStorePath", work.resolve("namesrv/namesrv.properties").toString());
@@ -190,6 +204,9 @@ public final class Harness {
         nsConf.put("scanAvailableNameSrv", "false");
 
         Map<String, String> brokerConf = brokerConfig(nsAddr, brokerPort);
+        if (scenario != null) {
+            scenario.configure(nsConf, brokerConf);
+        }
         Path nsConfFile = work.resolve("namesrv.conf");
         Path brokerConfFile = work.resolve("broker.conf");
         writeProperties(nsConfFile, nsConf);
@@ -217,7 +234,7 @@ public final class Harness {
         run.put("mqVersionDesc", org.apache.rocketmq.common.MQVersion.getVersionDesc(
             org.apache.rocketmq.common.MQVersion.CURRENT_VERSION));
         run.put("shutdownMode", killedMode ? "killed" : "clean");
-        run.put("scenario", growingMode ? "growing" : killedMode ? "killed" : "clean");
+        run.put("scenario", growingMode ? "growing" : featuresMode ? "features" : killedMode ? "killed" : "clean");
         run.put("javaVersion", System.getProperty("java.version"));
         Map<String, Object> ports = new LinkedHashMap<>();
         ports.put("namesrv", nsPort);
@@ -235,7 +252,13 @@ public final class Harness {
         run.put("storePathAtGeneration", store.toString());
 
         Workload wl = new Workload(this, nsAddr, brokerAddr, new Random(20240611L));
-        if (growingMode) {
+        if (scenario != null) {
+            try {
+                scenario.run(wl, run);
+            } finally {
+                scenario.writeTruth(run);
+            }
+        } else if (growingMode) {
             GrowingWorkload g = new GrowingWorkload(this, wl);
             try {
                 g.run(run);
@@ -272,9 +295,9 @@ public final class Harness {
         c.put("brokerRole", "ASYNC_MASTER");
         c.put("flushDiskType", "ASYNC_FLUSH");
         c.put("namesrvAddr", nsAddr);
-        c.put("brokerIP1", "127.0.0.1");
-        c.put("brokerIP2", "127.0.0.1");
-        c.put("bindAddress", "127.0.0.1");
+        c.put("brokerIP1", loopback);
+        c.put("brokerIP2", loopback);
+        c.put("bindAddress", loopback);
         c.put("listenPort", String.valueOf(brokerPort));
         c.put("haListenPort", String.valueOf(brokerPort + 1));
         c.put("rocketmqHome", work.resolve("rmqhome").toString());
@@ -327,7 +350,9 @@ public final class Harness {
         cmd.add("-XX:TieredStopAtLevel=1");
         cmd.add("-XX:-OmitStackTraceInFastThrow");
         cmd.addAll(ADD_OPENS);
-        cmd.add("-Djava.net.preferIPv4Stack=true");
+        if (!loopback.contains(":")) {
+            cmd.add("-Djava.net.preferIPv4Stack=true");
+        }
         cmd.add("-Duser.home=" + work.resolve("home"));
         cmd.add("-Drmq.logback.configurationFile=" + work.resolve("rmqhome/conf/logback_" + name + ".xml"));
         cmd.add("-Drocketmq.client.logRoot=" + logs.resolve(name + "-client"));
@@ -435,12 +460,17 @@ public final class Harness {
 
     // ------------------------------------------------------------------ helpers
 
-    /** A free loopback port p such that p-below .. p+above are free too (broker uses p-2 and p+1). */
-    static int freePort(int below, int above) throws IOException {
+    /** "host:port"; an IPv6 host in brackets ("[::1]:9876", RocketMQ splits at the last ':'). */
+    static String hostPort(String host, int port) {
+        return (host.contains(":") ? "[" + host + "]" : host) + ":" + port;
+    }
+
+    /** A free port p on host such that p-below .. p+above are free too (broker uses p-2 and p+1). */
+    static int freePort(String host, int below, int above) throws IOException {
         for (int attempt = 0; attempt < 200; attempt++) {
             int p;
             try (ServerSocket s = new ServerSocket()) {
-                s.bind(new InetSocketAddress("127.0.0.1", 0));
+                s.bind(new InetSocketAddress(host, 0));
                 p = s.getLocalPort();
             }
             if (p - below < 1024 || p + above > 65535) {
@@ -517,6 +547,25 @@ public final class Harness {
 
     static void writeJson(Path file, Object value) throws IOException {
         Files.writeString(file, Json.write(value) + "\n", StandardCharsets.UTF_8);
+    }
+
+    /**
+     * A scenario with its own workload class that only one line has (loaded by name, e.g.
+     * {@code rmqharness.FeaturesWorkload}, constructor {@code (Harness)}).
+     */
+    interface Scenario {
+        /** The address for every process: "127.0.0.1" or "::1". */
+        default String loopback() {
+            return "127.0.0.1";
+        }
+
+        /** Adds or overrides name server and broker settings before the configs are written. */
+        default void configure(Map<String, String> namesrv, Map<String, String> broker) {
+        }
+
+        void run(Workload wl, Map<String, Object> run) throws Exception;
+
+        void writeTruth(Map<String, Object> run) throws Exception;
     }
 
     static final class HarnessError extends RuntimeException {

@@ -163,7 +163,7 @@ final class Workload {
     void run(Map<String, Object> run) throws Exception {
         admin = new DefaultMQAdminExt("harness-admin-" + ProcessHandle.current().pid());
         admin.setNamesrvAddr(nsAddr);
-        admin.setClientIP("127.0.0.1");
+        admin.setClientIP(h.loopback);
         admin.setVipChannelEnabled(false);
         admin.setInstanceName("harness-admin");
         admin.start();
@@ -246,7 +246,7 @@ final class Workload {
 
     void configureProducer(DefaultMQProducer p, String instance) {
         p.setNamesrvAddr(nsAddr);
-        p.setClientIP("127.0.0.1");
+        p.setClientIP(h.loopback);
         p.setInstanceName(instance);
         p.setVipChannelEnabled(false);
         p.setSendMsgTimeout(10000);
@@ -294,7 +294,7 @@ final class Workload {
 
     void configureConsumer(org.apache.rocketmq.client.ClientConfig c, String instance) {
         c.setNamesrvAddr(nsAddr);
-        c.setClientIP("127.0.0.1");
+        c.setClientIP(h.loopback);
         c.setInstanceName(instance);
         c.setVipChannelEnabled(false);
         c.setPersistConsumerOffsetInterval(2000);

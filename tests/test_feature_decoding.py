@@ -1,0 +1,279 @@
+"""rmqlib against every optional 5.x store feature, field by field (the v5-features store).
+
+One real 5.5.0 broker bound to ::1 wrote inner batches to a BatchCQ topic, consume-queue ext
+units with filter bitmaps, LMQ multi-dispatch, the property CRC trailer on every record,
+zlib/lz4/zstd bodies, magic-v2 retry/DLQ/pop records and timer messages (fired and
+pending). The truth is what the client was told (send results) and what consumers received
+(``consumed.jsonl``): every acked message must be found with every field equal, every
+queue unit must resolve and ``rmq verify`` must report nothing false.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from rmqlib.commitlog_arrow import MESSAGE_SCHEMA, scan_segment_arrow, unwrap_inner_batches
+from rmqlib.consumequeue import is_ext_addr
+from rmqlib.javahash import tags_code
+from rmqlib.msgid import decode_offset_msg_id
+from rmqlib.queue_paths import queue_files
+from rmqlib.segments import list_segments
+from rmqlib.verify import verify_store
+
+pytestmark = pytest.mark.broker
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.fixture(scope="module")
+def store(features_store: Path) -> Path:
+    return features_store / "store"
+
+
+@pytest.fixture(scope="module")
+def truth(features_store: Path) -> Path:
+    return features_store / "truth"
+
+
+@pytest.fixture(scope="module")
+def messages(store: Path) -> list[dict]:
+    """Every message a consumer can receive, decoded on the Arrow path, inner batches
+    unwrapped (what the Delta ``messages`` table holds)."""
+    batches = []
+    for segment in list_segments(store / "commitlog"):
+        batches += [unwrap_inner_batches(b) for b in scan_segment_arrow(segment.path)]
+    return pa.Table.from_batches(batches, schema=MESSAGE_SCHEMA).to_pylist()
+
+
+def _by_key(messages: list[dict]) -> dict[tuple[int, int], dict]:
+    return {(m["physical_offset"], m["inner_index"]): m for m in messages}
+
+
+def test_every_record_has_ipv6_hosts_and_a_valid_property_crc(messages) -> None:
+    assert messages
+    assert all(m["sysflag"] & 0x30 == 0x30 for m in messages)  # born and store host v6
+    assert {m["store_host"] for m in messages} == {"::1"}
+    assert all(len(m["offset_msg_id"]) == 56 for m in messages)
+    assert all(m["property_crc_ok"] is True and m["body_crc_ok"] is True for m in messages)
+    long_topics = [m for m in messages if len(m["topic"].encode()) > 127]
+    assert long_topics and all(m["message_version"] == 2 for m in long_topics)
+    assert all(m["message_version"] == 1 for m in messages if len(m["topic"].encode()) <= 127)
+
+
+def test_every_acked_send_is_found_with_its_fields(messages, truth) -> None:
+    """Send results: offsetMsgId names the record; inner-batch members sit at INNER_BASE +
+    their index; user properties, keys, tags, UNIQ_KEY, uncompressed body all equal."""
+    found = _by_key(messages)
+    sent = [m for m in _jsonl(truth / "messages.jsonl") if m["acked"]]
+    assert len(sent) == 271
+    for message in sent:
+        physical = decode_offset_msg_id(message["offsetMsgId"]).commitlog_offset
+        index = message["batchIndex"] if message.get("innerBatch") else 0
+        row = found[(physical, index)]
+        expected_offset = (message["innerBase"] + index if message.get("innerBatch")
+                           else message["queueOffset"])
+        where = f"seq {message['seq']} ({message['kind']})"
+        assert (row["topic"], row["queue_id"], row["queue_offset"]) == (
+            message["storedTopic"], message["storedQueueId"], expected_offset), where
+        assert row["uniq_key"] == message["msgId"], where
+        assert row["tags"] == message["tags"], where
+        assert row["keys"] == message["keys"], where
+        properties = dict(row["properties"])
+        assert {k: properties.get(k) for k in message["userProperties"]} == message[
+            "userProperties"], where
+        assert hashlib.sha256(row["body"]).hexdigest() == message["bodySha256"], where
+        if message["compressType"]:
+            assert row["compression"] == message["compressType"], where
+        if message.get("innerBatch"):
+            assert row["inner_num"] == message["batchSize"], where
+            assert dict(row["batch_properties"])["UNIQ_KEY"] == message["batchUniqKey"]
+
+
+def test_inner_batch_members_are_what_the_consumer_received(messages, truth) -> None:
+    """consumed.jsonl of the BatchCQ group is the client's own unwrapping: same members,
+    queue offsets, ids, bodies and commitlog offsets."""
+    received = [c for c in _jsonl(truth / "consumed.jsonl") if c["group"] == "G_BATCHCQ"]
+    assert len(received) == 86
+    ours = {(m["topic"], m["queue_id"], m["queue_offset"]): m for m in messages
+            if m["topic"] == "TopicBatchCQ"}
+    assert len(ours) == 86
+    for got in received:
+        row = ours[(got["queueTopic"], got["queueId"], got["queueOffset"])]
+        assert row["uniq_key"] == got["uniqKey"]
+        assert row["physical_offset"] == got["commitLogOffset"]
+        assert hashlib.sha256(row["body"]).hexdigest() == got["bodySha256"]
+        assert row["store_timestamp"] == got["storeTimestamp"]
+    inner = Counter(m["physical_offset"] for m in messages if m["inner_num"] is not None)
+    assert len(inner) == 12  # records, as the harness counted them
+    assert sum(inner.values()) == 70
+
+
+def test_batch_queue_units_resolve_to_inner_batch_records(messages, store) -> None:
+    """46-byte units: base offset = record QUEUEOFFSET, batch size = INNER_NUM (1 for a
+    single send), size = TOTALSIZE, store time equal; bases contiguous per queue."""
+    from rmqlib.batchconsumequeue import decode_bcq_file
+
+    records = {m["physical_offset"]: m for m in messages if m["inner_index"] == 0}
+    targets = queue_files(store / "batchconsumequeue")
+    assert targets.files and not targets.skipped
+    units = []
+    for file in targets.files:
+        units += decode_bcq_file(file).to_record_batch().to_pylist()
+    assert len(units) == 12 + 16
+    for unit in units:
+        record = records[unit["commitlog_offset"]]
+        assert unit["size"] == record["total_size"]
+        assert unit["msg_base_offset"] == record["queue_offset"]
+        assert unit["batch_size"] == (record["inner_num"] or 1)
+        assert unit["store_timestamp"] == record["store_timestamp"]
+        assert (unit["topic"], unit["queue_id"]) == (record["topic"], record["queue_id"])
+
+
+def test_ext_addresses_resolve_to_the_records_tags_and_store_time(messages, store) -> None:
+    from rmqlib.consumequeue import decode_cq_file
+    from rmqlib.consumequeue_ext import ExtResolver
+
+    records = {m["physical_offset"]: m for m in messages if m["inner_index"] == 0}
+    resolver = ExtResolver()
+    resolved = bitmaps = 0
+    for file in queue_files(store / "consumequeue").files:
+        decode = decode_cq_file(file)
+        for unit in decode.units():
+            if not is_ext_addr(unit.tags_code):
+                continue
+            ext = resolver.queue_for(file, decode.topic, decode.queue_id).resolve(
+                unit.tags_code)
+            record = records[unit.commitlog_offset]
+            assert ext.msg_store_time == record["store_timestamp"]
+            if decode.topic != "SCHEDULE_TOPIC_XXXX":
+                assert ext.tags_code == tags_code(record["tags"])
+            resolved += 1
+            bitmaps += bool(ext.filter_bitmap)
+    assert resolved >= 60 and bitmaps > 0
+
+
+def test_lmq_queues_hold_the_record_at_the_offsets_it_lists(messages, truth, store) -> None:
+    from rmqlib.consumequeue import decode_cq_file
+
+    units = {}
+    for file in queue_files(store / "consumequeue").files:
+        decode = decode_cq_file(file)
+        if decode.topic.startswith("%LMQ%"):
+            units.update({(decode.topic, u.queue_offset): u.commitlog_offset
+                          for u in decode.units()})
+    rows = _jsonl(truth / "lmq.jsonl")
+    assert len(rows) == 30
+    for row in rows:
+        physical = decode_offset_msg_id(row["offsetMsgId"]).commitlog_offset
+        for queue, offset in zip(row["lmqQueues"], row["storedOffsets"], strict=True):
+            assert units[(queue, offset)] == physical
+
+
+def test_verify_is_clean_and_counts_every_feature(store) -> None:
+    report = verify_store(store)
+    assert report.errors == []
+    assert {f.check for f in report.warnings} <= {"inventory"}
+    counts = report.counts
+    assert counts["bcq_units"] == 28
+    assert counts["cq_ext_units"] >= 60
+    assert counts["timers_pending"] == 8
+
+
+def test_directory_dumps_of_every_queue_root_list_every_queue(store) -> None:
+    for root, noun in (("consumequeue", "units"), ("batchconsumequeue", "units"),
+                       ("consumequeue_ext", "units")):
+        out = subprocess.run([sys.executable, "-m", "rmqlib.cli", "dump", "consumequeue",
+                              str(store / root), "--json"], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        rows = [json.loads(line) for line in out.stdout.splitlines()]
+        queues = {(r["topic"], r["queue_id"]) for r in rows if r["kind"] == "unit"}
+        on_disk = {(f.parent.parent.name, int(f.parent.name))
+                   for f in queue_files(store / root).files if f.stat().st_size}
+        assert queues and queues <= on_disk, root
+        assert rows[-1][noun] == sum(r["kind"] == "unit" for r in rows)
+    out = subprocess.run([sys.executable, "-m", "rmqlib.cli", "dump", "consumequeue",
+                          str(store / "consumequeue" / "TopicExt"), "--json"],
+                         capture_output=True, text=True)
+    units = [json.loads(line) for line in out.stdout.splitlines()]
+    units = [u for u in units if u["kind"] == "unit"]
+    assert units and all("ext_tags_code" in u for u in units)
+
+
+# --------------------------------------------------------------------------- Delta tables
+
+
+@pytest.fixture(scope="module")
+def loaded(spark, tmp_path_factory, store):  # type: ignore[no-untyped-def]
+    """The features store loaded and reconciled as broker ``f``, snapshot ``s1``."""
+    from lakehouse import load
+
+    from jobs.reconcile import reconcile_snapshot
+
+    registry, summary = load(spark, tmp_path_factory.mktemp("features"), "f", "s1", store)
+    reconcile_snapshot(spark, registry, "f", "s1")
+    return registry, summary
+
+
+@pytest.mark.spark
+def test_delta_messages_have_one_row_per_inner_batch_member(loaded, truth) -> None:  # type: ignore[no-untyped-def]
+    from jobs import tables as T
+
+    registry, summary = loaded
+    assert summary.quarantined_bytes == 0
+    rows = registry.read(T.MESSAGES).where("broker = 'f' AND topic = 'TopicBatchCQ'").collect()
+    members = [r for r in rows if r.inner_num is not None]
+    assert len(members) == 70 and len(rows) == 86
+    assert len({r.physical_offset for r in members}) == 12
+    sent = {m["msgId"]: m for m in _jsonl(truth / "messages.jsonl")
+            if m["topic"] == "TopicBatchCQ"}
+    for row in rows:
+        message = sent[row.msg_id]
+        assert (row.queue_id, row.inner_index) == (message["storedQueueId"],
+                                                  message["batchIndex"] or 0)
+        assert row.body_sha256 == message["bodySha256"]
+        assert row.tags == message["tags"] and list(row.keys) == message["keys"]
+
+
+@pytest.mark.spark
+def test_delta_queue_entries_carry_batch_fields_and_resolved_ext_codes(loaded) -> None:  # type: ignore[no-untyped-def]
+    from jobs import tables as T
+
+    registry, _ = loaded
+    units = registry.read(T.QUEUE_ENTRIES).where("broker = 'f'")
+    batch = units.where("queue_type = 'batchconsumequeue'").collect()
+    assert len(batch) == 28 and all(r.batch_size >= 1 and r.store_time for r in batch)
+    assert sum(r.batch_size for r in batch) == 86
+    ext = units.where("kind = 'ext_address'").collect()
+    assert len(ext) >= 60
+    assert all(r.ext_tags_code is not None and r.store_time is not None for r in ext)
+    assert any(r.ext_filter_bitmap for r in ext if r.topic == "TopicExt")
+
+
+@pytest.mark.spark
+def test_delta_pending_timers_and_checks_see_them(loaded, truth) -> None:  # type: ignore[no-untyped-def]
+    from jobs import tables as T
+
+    registry, _ = loaded
+    pending = registry.read(T.PENDING_TIMERS).where("broker = 'f'").collect()
+    expected = {t["wheelRecordCommitLogOffset"]: t["timerOutMs"]
+                for t in _jsonl(truth / "timers.jsonl") if t["plan"] == "pending"}
+    assert len(expected) == 8
+    assert {r.commitlog_offset: int(r.delivery_time.timestamp() * 1000)
+            for r in pending} == expected
+    assert {r.state for r in pending} == {"pending"}
+    findings = {(r.check_name, r.severity, r.affected)
+                for r in registry.read(T.CHECK_RESULTS).where("broker = 'f'").collect()}
+    assert ("timers_pending", "info", 8) in findings
+    assert not [f for f in findings if f[1] == "error"], findings
+    assert not [f for f in findings if f[0] in ("timer_overdue", "ext_address_unresolved",
+                                                "cq_unit_mismatch", "record_without_unit")]
