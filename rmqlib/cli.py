@@ -512,10 +512,15 @@ def cmd_dump(args: argparse.Namespace) -> int:
 
 
 def find_by_queue(store: Path, topic: str, queue_id: int, queue_offset: int) -> int:
-    """Physical offset of the unit at ``queue_offset`` of ``topic``/``queue_id``."""
+    """Physical offset of the record holding ``queue_offset`` of ``topic``/``queue_id``:
+    from ``consumequeue/``, or for a BatchCQ topic from the ``batchconsumequeue/`` unit
+    whose batch [base, base + size) covers it."""
     from rmqlib.consumequeue import CQ_UNIT_SIZE, decode_cq_file
     from rmqlib.segments import list_segments
 
+    batch_dir = store / "batchconsumequeue" / topic / str(queue_id)
+    if batch_dir.is_dir():
+        return _find_in_batch_queue(batch_dir, topic, queue_id, queue_offset)
     queue_dir = store / "consumequeue" / topic / str(queue_id)
     byte_offset = queue_offset * CQ_UNIT_SIZE
     for segment in list_segments(existing(str(queue_dir))):
@@ -525,6 +530,19 @@ def find_by_queue(store: Path, topic: str, queue_id: int, queue_offset: int) -> 
                 if unit.queue_offset == queue_offset:
                     return unit.commitlog_offset
     raise CliError(f"{topic}/{queue_id} has no unit at queue offset {queue_offset}")
+
+
+def _find_in_batch_queue(directory: Path, topic: str, queue_id: int, queue_offset: int) -> int:
+    from rmqlib.batchconsumequeue import decode_bcq_file
+    from rmqlib.segments import list_segments
+
+    for segment in list_segments(directory):
+        fields = decode_bcq_file(segment.path, topic=topic, queue_id=queue_id).fields
+        base, size = fields["msg_base_offset"], fields["batch_size"].astype("int64")
+        hits = ((base <= queue_offset) & (queue_offset < base + size)).nonzero()[0]
+        if hits.size:
+            return int(fields["commitlog_offset"][hits[0]])
+    raise CliError(f"{topic}/{queue_id} has no batch unit covering queue offset {queue_offset}")
 
 
 def find_by_key(store: Path, topic: str, key: str) -> list[int]:
@@ -545,37 +563,61 @@ def records_for(store: Path, offsets: Iterable[int]) -> Iterator[CommitLogRecord
         yield read_record_at(store / "commitlog", offset)
 
 
+Match = tuple["CommitLogRecord", "InnerMessage | None"]  # a record, or one member of it
+
+
+def members_of(record: CommitLogRecord) -> list[InnerMessage]:
+    """The members of an inner-batch record ([] for any other, or an unsplittable body)."""
+    from rmqlib.innerbatch import inner_num, split_inner_batch
+
+    if not record.inner_batch:
+        return []
+    try:
+        return split_inner_batch(record.decompressed_body(), record.queue_offset,
+                                 expected=inner_num(record.properties))
+    except StoreError:
+        return []
+
+
 def cmd_get(args: argparse.Namespace) -> int:
     from rmqlib.commitlog import read_record_at
 
     store = existing(args.store)
-    matches: list[CommitLogRecord]
+    matches: list[Match]
     if args.phys is not None:
-        matches = [read_record_at(store / "commitlog", args.phys)]
+        matches = [(read_record_at(store / "commitlog", args.phys), None)]
     elif args.queue:
         topic, queue_id, queue_offset = args.queue
         if not (queue_id.isdigit() and queue_offset.isdigit()):
             raise CliError("--queue takes TOPIC QUEUE_ID QUEUE_OFFSET with integer ids")
-        matches = list(records_for(store, [find_by_queue(store, topic, int(queue_id),
-                                                         int(queue_offset))]))
+        [record] = records_for(store, [find_by_queue(store, topic, int(queue_id),
+                                                     int(queue_offset))])
+        member = next((m for m in members_of(record)
+                       if m.queue_offset == int(queue_offset)), None)
+        matches = [(record, member)]
     elif args.key is not None:
         if not args.topic:
             raise CliError("--key needs --topic (the index hashes topic#key)")
-        matches = [r for r in records_for(store, find_by_key(store, args.topic, args.key))
+        matches = [(r, None) for r in records_for(store, find_by_key(store, args.topic, args.key))
                    if args.key in r.keys]
     else:
         matches = get_by_msg_id(store, args.msg_id, args.topic)
-    for record in matches:
-        emit(args, record_row(record, args.body), record_line(record))
+    for record, member in matches:
+        if member is None:
+            emit(args, record_row(record, args.body), record_line(record))
+        else:
+            row = member_row(record, member, args.body)
+            emit(args, row, record_line(record) + "\n   member " + row_text(row))
     if not matches:
         print("no matching message", file=sys.stderr)
         return EXIT_FINDINGS
     return EXIT_OK
 
 
-def get_by_msg_id(store: Path, msg_id: str, topic: str | None) -> list[CommitLogRecord]:
-    """An offsetMsgId names its record's offset; a UNIQ_KEY is found via the index
-    (with --topic) or, without a topic, by scanning the commitlog."""
+def get_by_msg_id(store: Path, msg_id: str, topic: str | None) -> list[Match]:
+    """An offsetMsgId names its record's offset; a UNIQ_KEY is found via the index (with
+    --topic) or by scanning the commitlog. Inner-batch members are not in the index (the
+    broker indexes the batch's UNIQ_KEY only): for them the scan looks inside batches."""
     from rmqlib.commitlog import read_record_at, scan_store
     from rmqlib.msgid import decode_offset_msg_id
 
@@ -583,14 +625,26 @@ def get_by_msg_id(store: Path, msg_id: str, topic: str | None) -> list[CommitLog
         decoded = decode_offset_msg_id(msg_id)
         record = read_record_at(store / "commitlog", decoded.commitlog_offset)
         if record.offset_msg_id.upper() == msg_id.upper():
-            return [record]
+            return [(record, None)]
     except StoreError:
         pass
     if topic:
-        return [r for r in records_for(store, find_by_key(store, topic, msg_id))
-                if r.uniq_key == msg_id]
-    print("no --topic given: scanning the whole commitlog for UNIQ_KEY", file=sys.stderr)
-    return [r for r in scan_store(store / "commitlog", verify_crc=False) if r.uniq_key == msg_id]
+        found: list[Match] = [(r, None) for r in records_for(store, find_by_key(store, topic,
+                                                                                  msg_id))
+                              if r.uniq_key == msg_id]
+        if found or not (store / "batchconsumequeue" / topic).is_dir():
+            return found
+        print(f"not in the index: scanning {topic}'s inner batches", file=sys.stderr)
+    else:
+        print("no --topic given: scanning the whole commitlog for UNIQ_KEY", file=sys.stderr)
+    matches: list[Match] = []
+    for record in scan_store(store / "commitlog", verify_crc=False):
+        if topic and record.topic != topic:
+            continue
+        if record.uniq_key == msg_id:
+            matches.append((record, None))
+        matches += [(record, m) for m in members_of(record) if m.uniq_key == msg_id]
+    return matches
 
 
 # --------------------------------------------------------------------------- verify

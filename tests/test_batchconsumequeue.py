@@ -18,7 +18,13 @@ from rmqlib.batchconsumequeue import (
     decode_bcq_file,
 )
 from rmqlib.consumequeue import decode_cq_bytes
-from rmqlib.consumequeue_ext import CQX_SCHEMA, decode_cqx_bytes, decode_cqx_file
+from rmqlib.consumequeue_ext import (
+    CQX_SCHEMA,
+    ExtAddressError,
+    decode_cqx_bytes,
+    decode_cqx_file,
+    load_ext_queue,
+)
 from rmqlib.errors import NotAStoreFileError
 from rmqlib.segments import segment_name
 
@@ -127,6 +133,24 @@ def test_cqx_units_and_addresses(tmp_path: Path) -> None:
                          topic="X", queue_id=4)
     assert cq.is_ext_addr.tolist() == [True]
     assert result.by_address()[int(cq.tags_code[0])].msg_store_time == 2000
+
+
+def test_ext_addresses_that_name_no_unit_are_typed_errors(tmp_path: Path) -> None:
+    """Past the ext files' end, inside a unit, before the first file: ExtAddressError naming
+    the address and the queue, never a unit's worth of garbage."""
+    start = 4096
+    qdir = tmp_path / "consumequeue_ext" / "X" / "4"
+    qdir.mkdir(parents=True)
+    (qdir / segment_name(start)).write_bytes(cqx_unit(11, 1000) + bytes(44))
+    queue = load_ext_queue(qdir, "X", 4)
+    assert queue.resolve(ext_address(start)).tags_code == 11
+    with pytest.raises(ExtAddressError, match=r"past the ext files of X/4, which end at 4160"):
+        queue.resolve(ext_address(start + 64))
+    with pytest.raises(ExtAddressError, match="no ext unit starts at ext offset 4098"):
+        queue.resolve(ext_address(start + 2))
+    with pytest.raises(ExtAddressError, match="past the ext files"):
+        queue.resolve(ext_address(0))
+    assert load_ext_queue(tmp_path / "missing", "X", 4).decodes == []
 
 
 def test_cqx_end_marker_is_blank() -> None:

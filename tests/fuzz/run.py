@@ -34,8 +34,8 @@ SEED_BYTES = 64 * 1024  # prefixes: small inputs keep libFuzzer fast
 INSTRUMENTED = [f"rmqlib.{name}" for name in (
     "accounting", "batchconsumequeue", "checkpoint", "cli", "commitlog", "commitlog_arrow",
     "commitlog_layout", "commitlog_walk", "compression", "config", "consumequeue",
-    "consumequeue_ext", "dump", "fileio", "indexfile", "msgid", "properties", "timerlog",
-    "timerwheel")]
+    "consumequeue_ext", "dump", "fileio", "indexfile", "innerbatch", "msgid", "properties",
+    "timerlog", "timerwheel")]
 
 
 def _seeds(target: str) -> list[tuple[str, bytes]]:
@@ -70,6 +70,12 @@ def _seeds(target: str) -> list[tuple[str, bytes]]:
         elif target == "config_json":
             for config in sorted((store / "config").glob("*.json")):
                 add(f"config-{config.name}", config, None)
+    if target == "innerbatch":
+        from rmqlib.innerbatch import encode_inner_batch
+
+        seeds.append(("encoded", encode_inner_batch(
+            [(i, bytes([i]) * (3 * i), {"TAGS": f"t{i}", "UNIQ_KEY": f"U{i}"})
+             for i in range(4)])))
     if target == "batchconsumequeue" or target == "consumequeue_ext":
         from store_encoders import bcq_unit, cqx_unit
 

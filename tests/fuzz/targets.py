@@ -207,6 +207,20 @@ def timerlog(data: bytes) -> None:
                  if row["kind"] == "unit" else row for row in rows], len(data))
 
 
+def innerbatch(data: bytes) -> None:
+    """An inner-batch body: members tile it exactly, each re-encodes to its own bytes, and
+    the count check (INNER_NUM) only ever raises CorruptDataError."""
+    from rmqlib.innerbatch import split_inner_batch
+
+    members = split_inner_batch(data, 7)
+    if sum(m.size for m in members) != len(data):
+        raise PropertyViolation("members do not tile the body")
+    for m in members:
+        if data[m.body_position + 20 : m.body_position + 20 + len(m.body)] != m.body:
+            raise PropertyViolation(f"member {m.index}: body is not where its header says")
+    split_inner_batch(data, 7, expected=len(members))
+
+
 def check_tiles(rows: list[dict], size: int) -> None:
     """Dump rows (records and regions) cover [0, size) in order, each byte once."""
     position = 0
@@ -233,6 +247,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "consumequeue": consumequeue, "batchconsumequeue": batchconsumequeue,
     "consumequeue_ext": consumequeue_ext, "indexfile": indexfile, "checkpoint": checkpoint,
     "config_json": config_json, "dump_commitlog": dump_commitlog, "timerlog": timerlog,
+    "innerbatch": innerbatch,
 }
 
 
