@@ -58,7 +58,9 @@ class Check:
             group_queue_scope=GROUP_QUEUE_SCOPE.format(t="f"),
             checkpoint=(f"TIMESTAMP '{scope.checkpoint_physic_msg_time.isoformat(sep=' ')}'"
                         if scope.checkpoint_physic_msg_time else "CAST(NULL AS TIMESTAMP)"),
-            abort="true" if scope.abort_present else "false")
+            abort="true" if scope.abort_present else "false",
+            taken_at=(f"TIMESTAMP '{scope.taken_at.isoformat(sep=' ')}'" if scope.taken_at
+                      else "current_timestamp()"))
 
 
 CHECKS: tuple[Check, ...] = (
@@ -121,6 +123,54 @@ CHECKS: tuple[Check, ...] = (
         (
           "consumers filtering by tag or SQL92 cannot read these units' tags: the ext files "
           "were lost, cut or belong to another store; queue offsets listed"
+        )),
+    Check("timers_pending", "§6.4", """
+        SELECT '{name}' AS check_name, 'info' AS severity, 'broker' AS scope,
+               {no_scope}, count(*) AS affected,
+               'timer messages wait in the wheel until their delivery time' AS expected,
+               concat(count(*), ' timer message(s) pending, the next due ',
+                      CAST(min(f.delivery_time) AS STRING), ' UTC, the last ',
+                      CAST(max(f.delivery_time) AS STRING), ' UTC') AS observed,
+               slice(array_sort(collect_list(f.commitlog_offset)), 1, 5) AS sample_offsets,
+               {explanation} AS explanation
+        FROM rc_timers f HAVING count(*) > 0""",
+        (
+          "5.x timer messages not delivered yet at the snapshot (table pending_timers); "
+          "commitlog offsets of their rmq_sys_wheel_timer records listed"
+        )),
+    Check("timer_overdue", "§6.4", """
+        SELECT '{name}' AS check_name, 'warning' AS severity, 'broker' AS scope,
+               {no_scope}, count(*) AS affected,
+               'no pending timer message is due more than a minute before the snapshot'
+                   AS expected,
+               concat(count(*), ' timer message(s) overdue, the oldest due ',
+                      CAST(min(f.delivery_time) AS STRING), ' UTC') AS observed,
+               slice(array_sort(collect_list(f.commitlog_offset)), 1, 5) AS sample_offsets,
+               {explanation} AS explanation
+        FROM rc_timers f
+        WHERE f.state = 'pending' AND NOT f.roll
+          AND f.delivery_time < {taken_at} - INTERVAL 60 SECONDS
+        HAVING count(*) > 0""",
+        (
+          "the timer wheel is behind: its dequeue service stalled, or the broker was down "
+          "when these were due; they are delivered late once it runs"
+        )),
+    Check("timer_record_missing", "§6.4", """
+        SELECT '{name}' AS check_name, 'error' AS severity, 'broker' AS scope,
+               {no_scope}, count(*) AS affected,
+               'every pending timer names a record of rmq_sys_wheel_timer with its size'
+                   AS expected,
+               concat(count(*), ' pending timer(s) without their record') AS observed,
+               slice(array_sort(collect_list(f.commitlog_offset)), 1, 5) AS sample_offsets,
+               {explanation} AS explanation
+        FROM rc_timers f LEFT JOIN rc_msg m ON m.physical_offset = f.commitlog_offset
+        WHERE f.commitlog_offset >= {cl_min}
+          AND (m.physical_offset IS NULL OR m.topic <> 'rmq_sys_wheel_timer'
+               OR m.total_size <> f.commitlog_size)
+        HAVING count(*) > 0""",
+        (
+          "timer messages the broker would deliver from a record that is not there: the "
+          "commitlog lost it or the timer files belong to another store"
         )),
     Check("schedule_delivery_time", "§4.3, §8.9", """
         SELECT '{name}' AS check_name, 'warning' AS severity, {queue_scope} AS scope,

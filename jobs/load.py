@@ -262,6 +262,7 @@ class SnapshotLoad:
             T.SUBSCRIPTION_GROUPS: state_rows.subscription_group_rows,
             T.CONSUMER_OFFSETS: state_rows.consumer_offset_rows,
             T.DELAY_OFFSETS: state_rows.delay_offset_rows,
+            T.PENDING_TIMERS: state_rows.pending_timer_rows,
         }
         writes = {}
         for table, build in builders.items():

@@ -109,7 +109,8 @@ def create_views(spark: SparkSession, registry: Registry, scope: SnapshotScope) 
     """(Re)create the ``rc_*`` temp views of ``scope`` in this session."""
     register_udfs(spark)
     for name in (T.MESSAGES, T.QUEUE_ENTRIES, T.INDEX_ENTRIES, T.TOPICS,
-                 T.SUBSCRIPTION_GROUPS, T.CONSUMER_OFFSETS, T.DELAY_OFFSETS, T.QUARANTINE,
+                 T.SUBSCRIPTION_GROUPS, T.CONSUMER_OFFSETS, T.DELAY_OFFSETS,
+                 T.PENDING_TIMERS, T.QUARANTINE,
                  T.RETENTION_GAPS, T.SNAPSHOTS):
         registry.read(name).createOrReplaceTempView(f"rc_all_{name}")
     b, s, visible = scope.broker_sql, scope.snapshot_sql, scope.visible_sql
@@ -146,6 +147,8 @@ def create_views(spark: SparkSession, registry: Registry, scope: SnapshotScope) 
             SELECT * FROM rc_all_consumer_offsets WHERE broker = {b} AND snapshot_id = {s}""",
         "rc_delay": f"""
             SELECT * FROM rc_all_delay_offsets WHERE broker = {b} AND snapshot_id = {s}""",
+        "rc_timers": f"""
+            SELECT * FROM rc_all_pending_timers WHERE broker = {b} AND snapshot_id = {s}""",
         "rc_quarantine": f"""
             SELECT * FROM rc_all_quarantine WHERE broker = {b} AND snapshot_id = {s}""",
         "rc_gaps": f"""

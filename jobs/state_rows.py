@@ -93,6 +93,33 @@ def delay_offset_rows(broker: str, snapshot_id: str, store: Path,
             for level, offset in sorted(delays.offsets.items())]
 
 
+def pending_timer_rows(broker: str, snapshot_id: str, store: Path,
+                       config: ConfigDir) -> list[Row]:
+    """Timer messages the broker still has to deliver (rmqlib.timers): timer log units
+    whose tick is not read yet, then wheel-topic records not enqueued yet. A store without
+    timer files has none. Bad timer bytes are the verify's business (quarantine does not
+    cover them); what cannot be read yields no rows rather than guessed ones."""
+    from rmqlib.timers import read_timer_store
+
+    if not (store / "timerlog").is_dir():
+        return []
+    timers = read_timer_store(store)
+    pending = timers.pending()
+    if pending is None:
+        return []
+    rows: dict[int, Row] = {}
+    for timer in pending.pending:
+        rows[timer.commitlog_offset] = (
+            broker, snapshot_id, timer.commitlog_offset, "pending", timer.commitlog_size,
+            utc(timer.delivery_ms), utc(timer.write_time_ms), timer.roll,
+            timer.may_be_cancelled, timer.topic_hash, timer.position)
+    for record in timers.unenqueued():
+        rows.setdefault(record.commitlog_offset, (
+            broker, snapshot_id, record.commitlog_offset, "unenqueued", record.size, None,
+            None, False, False, None, None))
+    return [rows[offset] for offset in sorted(rows)]
+
+
 def config_problems(config: ConfigDir) -> list[tuple[str, str]]:
     """(file name, reason) of every config file that could not be used."""
     problems = [(name, str(error)) for name, error in sorted(config.errors.items())]

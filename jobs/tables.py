@@ -29,6 +29,7 @@ TOPICS = "topics"
 SUBSCRIPTION_GROUPS = "subscription_groups"
 CONSUMER_OFFSETS = "consumer_offsets"
 DELAY_OFFSETS = "delay_offsets"
+PENDING_TIMERS = "pending_timers"
 SNAPSHOTS = "snapshots"
 # Bookkeeping.
 QUARANTINE = "quarantine"
@@ -41,8 +42,8 @@ CONSUMER_LAG = "consumer_lag"
 ALERTS = "alerts"
 
 TABLES = (MESSAGES, QUEUE_ENTRIES, INDEX_ENTRIES, TOPICS, SUBSCRIPTION_GROUPS,
-          CONSUMER_OFFSETS, DELAY_OFFSETS, SNAPSHOTS, QUARANTINE, RETENTION_GAPS,
-          LOAD_STATE, LOAD_RUNS, CHECK_RESULTS, CONSUMER_LAG, ALERTS)
+          CONSUMER_OFFSETS, DELAY_OFFSETS, PENDING_TIMERS, SNAPSHOTS, QUARANTINE,
+          RETENTION_GAPS, LOAD_STATE, LOAD_RUNS, CHECK_RESULTS, CONSUMER_LAG, ALERTS)
 
 
 # {id(SparkContext): {qualified name: location}} of the names this process registered.

@@ -612,41 +612,39 @@ def _check_batch_consume_queues(report: VerifyReport, facts: RecordFacts,
 
 def _check_batch_units(report: VerifyReport, decode: BcqFileDecode, facts: RecordFacts,
                        queues: QueueChecks) -> int:
-    """Compare each batch unit with its record; 1 + the last queue offset resolved."""
-    f = decode.fields
-    live = f["commitlog_offset"] >= (queues.commitlog_min or 0)
-    offsets = f["commitlog_offset"][live]
-    report.counts["bcq_units"] += len(offsets)
-    rows, found = facts.locate(offsets)
-    topic_id = facts.topics.get(decode.topic, -1)
-    end = 0
-    for i, (row, here) in enumerate(zip(rows.tolist(), found.tolist(), strict=True)):
-        unit = {name: int(values[live][i]) for name, values in f.items()}
-        position = int(decode.file_position[live][i])
-        problem = _batch_unit_problem(unit, row, here, topic_id, decode.queue_id, facts)
-        if problem:
-            report.add(ERROR, "bcq-resolve", decode.path, position,
-                       f"{decode.topic}/{decode.queue_id} base {unit['msg_base_offset']}: "
-                       f"{problem}")
-            continue
-        queues.resolved[row] = True
-        end = max(end, unit["msg_base_offset"] + unit["batch_size"])
-    return end
-
-
-def _batch_unit_problem(unit: dict[str, int], row: int, found: bool, topic_id: int,
-                        queue_id: int, facts: RecordFacts) -> str | None:
-    phys = unit["commitlog_offset"]
-    if not found:
-        return f"no commitlog record starts at physical offset {phys}"
-    expected = {"size": facts.total_size[row], "msg_base_offset": facts.queue_offset[row],
-                "batch_size": facts.width[row], "store_timestamp": facts.store_timestamp[row]}
-    if facts.topic_id[row] != topic_id or facts.queue_id[row] != queue_id:
-        return f"record at {phys} belongs to another queue"
+    """Compare each batch unit with its record, column-wise; 1 + the last queue offset
+    resolved."""
+    live = decode.fields["commitlog_offset"] >= (queues.commitlog_min or 0)
+    unit = {name: values[live].astype(np.int64) for name, values in decode.fields.items()}
+    positions = decode.file_position[live]
+    report.counts["bcq_units"] += int(live.sum())
+    rows, found = facts.locate(unit["commitlog_offset"])
+    same_queue = ((facts.topic_id[rows] == facts.topics.get(decode.topic, -1))
+                  & (facts.queue_id[rows] == decode.queue_id))
+    expected = {"size": facts.total_size[rows], "msg_base_offset": facts.queue_offset[rows],
+                "batch_size": facts.width[rows],
+                "store_timestamp": facts.store_timestamp[rows]}
+    ok = found & same_queue
     for name, want in expected.items():
-        if unit[name] != want:
-            return f"unit {name} {unit[name]} != record's {int(want)}"
-    return None
+        ok &= unit[name] == want
+    for i in np.flatnonzero(~ok).tolist():
+        report.add(ERROR, "bcq-resolve", decode.path, int(positions[i]),
+                   f"{decode.topic}/{decode.queue_id} base {unit['msg_base_offset'][i]}: "
+                   + _batch_unit_problem(unit, expected, i, bool(found[i]),
+                                         bool(same_queue[i])))
+    queues.resolved[rows[ok]] = True
+    ends = unit["msg_base_offset"][ok] + unit["batch_size"][ok]
+    return int(ends.max()) if ends.size else 0
+
+
+def _batch_unit_problem(unit: dict[str, np.ndarray], expected: dict[str, np.ndarray], i: int,
+                        found: bool, same_queue: bool) -> str:
+    if not found:
+        return f"no commitlog record starts at physical offset {unit['commitlog_offset'][i]}"
+    if not same_queue:
+        return f"record at {unit['commitlog_offset'][i]} belongs to another queue"
+    name = next(n for n, want in expected.items() if unit[n][i] != want[i])
+    return f"unit {name} {unit[name][i]} != record's {int(expected[name][i])}"
 
 
 def _unit_problems(decode: CqFileDecode, rows: np.ndarray, found: np.ndarray,

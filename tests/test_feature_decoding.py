@@ -277,3 +277,54 @@ def test_delta_pending_timers_and_checks_see_them(loaded, truth) -> None:  # typ
     assert not [f for f in findings if f[1] == "error"], findings
     assert not [f for f in findings if f[0] in ("timer_overdue", "ext_address_unresolved",
                                                 "cq_unit_mismatch", "record_without_unit")]
+
+
+def test_get_finds_inner_batch_members_by_queue_offset_and_uniq_key(truth, store) -> None:
+    """``rmq get --queue`` reads batchconsumequeue/ for a BatchCQ topic and answers with
+    the member at that offset; a member's UNIQ_KEY (not in the index: the broker indexes
+    the batch's only) is found inside the batches."""
+    member = next(m for m in _jsonl(truth / "messages.jsonl")
+                  if m.get("innerBatch") and m["batchIndex"] == 1)
+    offset = member["innerBase"] + 1
+    for argv in (["--queue", "TopicBatchCQ", str(member["storedQueueId"]), str(offset)],
+                 ["--msg-id", member["msgId"], "--topic", "TopicBatchCQ"]):
+        out = subprocess.run([sys.executable, "-m", "rmqlib.cli", "get", str(store), *argv,
+                              "--json"], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        [row] = [json.loads(line) for line in out.stdout.splitlines()]
+        assert (row["kind"], row["uniq_key"], row["queue_offset"], row["inner_index"]) == (
+            "member", member["msgId"], offset, 1)
+        assert row["body_sha256"] == member["bodySha256"]
+
+
+def test_verify_names_each_fault_in_batch_queues_ext_units_and_timers(store, tmp_path) -> None:
+    """One fault each, in a copy: a batch unit's batch size, an ext unit's store time, a
+    timer log unit's commitlog size. verify reports exactly that, where it is."""
+    import shutil
+    import struct
+
+    copy = Path(shutil.copytree(store, tmp_path / "store"))
+    bcq = queue_files(copy / "batchconsumequeue" / "TopicBatchCQ").files[0]
+    data = bytearray(bcq.read_bytes())
+    data[36:38] = struct.pack(">h", struct.unpack_from(">h", data, 36)[0] + 1)
+    bcq.write_bytes(bytes(data))
+    ext = queue_files(copy / "consumequeue_ext" / "TopicExt").files[0]
+    data = bytearray(ext.read_bytes())
+    data[10:18] = struct.pack(">q", struct.unpack_from(">q", data, 10)[0] + 1)
+    ext.write_bytes(bytes(data))
+    timerlog = sorted((copy / "timerlog").iterdir())[0]
+    data = bytearray(timerlog.read_bytes())
+    data[36:40] = struct.pack(">i", struct.unpack_from(">i", data, 36)[0] + 1)
+    timerlog.write_bytes(bytes(data))
+
+    report = verify_store(copy)
+    by_check = {f.check: f for f in report.errors}
+    # the batch size also breaks the next unit's base and leaves the record unit-less
+    assert sorted(by_check) == ["bcq-base", "bcq-resolve", "cq-ext", "cq-missing",
+                                "timerlog_record"], report.errors
+    assert (Path(by_check["bcq-resolve"].path).name, by_check["bcq-resolve"].offset) == (
+        bcq.name, 0)
+    assert "unit batch_size" in by_check["bcq-resolve"].message
+    assert "ext store time" in by_check["cq-ext"].message
+    assert Path(by_check["timerlog_record"].path) == timerlog
+    assert len(report.errors) == 5
