@@ -328,3 +328,26 @@ def test_verify_names_each_fault_in_batch_queues_ext_units_and_timers(store, tmp
     assert "ext store time" in by_check["cq-ext"].message
     assert Path(by_check["timerlog_record"].path) == timerlog
     assert len(report.errors) == 5
+
+
+def test_queue_bounds_equal_what_the_admin_api_reported(store, truth) -> None:
+    """min/max per queue as the broker computes them (§4.2, §4.5): batch queues from the
+    first base and the last base + batch size, consume queues (LMQ and ext ones too) from
+    the files; against examineTopicStats (or the broker's own min/max requests for queues
+    without a route)."""
+    from rmqlib.batchconsumequeue import bcq_bounds, decode_bcq_file
+    from rmqlib.consumequeue import decode_queue, queue_bounds, walk_queue_tree
+
+    ours = {}
+    for queue in walk_queue_tree(store / "batchconsumequeue").queues:
+        span = bcq_bounds([decode_bcq_file(s.path) for s in queue.segments])
+        ours[(queue.topic, queue.queue_id)] = (span.min_offset, span.max_offset)
+    commitlog_min = min(s.start for s in list_segments(store / "commitlog"))
+    for queue in walk_queue_tree(store / "consumequeue").queues:
+        bounds = queue_bounds(decode_queue(queue), commitlog_min)
+        ours[(queue.topic, queue.queue_id)] = (bounds.min_offset, bounds.max_offset)
+    stats = _jsonl(truth / "topic_stats.jsonl")
+    assert {s["topic"] for s in stats} >= {"TopicBatchCQ", "TopicExt", "%LMQ%feat-a"}
+    for row in stats:  # a queue without files: the broker says 0, 0
+        assert ours.get((row["topic"], row["queueId"]), (0, 0)) == (
+            row["minOffset"], row["maxOffset"]), row
