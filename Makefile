@@ -43,8 +43,9 @@ $(INSTALLED): requirements.lock pyproject.toml | check-tools
 jars: $(INSTALLED)
 	$(PY) -m jobs.jars >/dev/null
 
-## stores: real RocketMQ broker stores + ground truth in .cache/stores (built once):
-## the four main variants and v5-growing (hot snapshots of one running broker)
+## stores: real RocketMQ broker stores + ground truth in .cache/stores (built once, three at
+## a time): the four main variants, v5-growing (hot snapshots of one running broker) and
+## v5-features (every optional 5.x store feature); `make test` builds them first
 stores: $(INSTALLED)
 	$(PY) tests/broker_harness/stores.py --variants all
 
@@ -99,7 +100,7 @@ sshd:
 
 ## test: set up, then run the whole test suite
 # pytest exits 5 when it collects no tests; that alone must not fail CI.
-test: setup browser sshd
+test: setup browser sshd stores
 	$(PY) -m pytest $(PYTEST_ARGS); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$status
 

@@ -41,6 +41,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HARNESS_DIR = Path(__file__).resolve().parent
@@ -66,6 +67,8 @@ MARKER = "COMPLETE"
 #: fingerprinted automatically).
 HARNESS_REVISION = "1"
 
+#: Variants generated at once (``RMQ_STORE_PARALLEL``).
+PARALLEL = int(os.environ.get("RMQ_STORE_PARALLEL", "3"))
 #: Seconds one variant may take before the harness is killed.
 VARIANT_TIMEOUT = 480
 #: Seconds the Maven build may take (first build downloads the RocketMQ jars).
@@ -319,19 +322,44 @@ def ensure_stores(variants=None, cache_dir=None, *, force: bool = False,
         # leftovers of interrupted runs (never complete: they were not renamed into place)
         for stale in list(cache.glob(".tmp-*")) + list(cache.glob(".trash-*")):
             _rmtree(stale)
+        todo = []
         for v in names:
             vdir = cache / v
-            fp = fingerprint(v)
-            if not force and is_complete(vdir, fp):
+            if not force and is_complete(vdir, fingerprint(v)):
                 result[v] = vdir
-                continue
-            if log:
-                log(f"generating {v} into {vdir} ...")
-            t = time.time()
-            result[v] = generate_variant(v, cache, fp)
-            if log:
-                log(f"generated {v} in {time.time() - t:.0f} s")
-    return result
+            else:
+                todo.append(v)
+        if todo:
+            build_harness()
+        result.update(_generate_all(todo, cache, log))
+    return {v: result[v] for v in names}
+
+
+def _generate_all(todo: list[str], cache: Path, log) -> dict[str, Path]:
+    """Generate variants, up to PARALLEL at once: a run is mostly waiting (broker start,
+    delivery, shutdown hooks, the 60 s retention timer), so runs overlap well even on two
+    cores. Every run finishes before the first failure is raised."""
+    def one(v: str) -> Path:
+        if log:
+            log(f"generating {v} into {cache / v} ...")
+        t = time.time()
+        path = generate_variant(v, cache, fingerprint(v))
+        if log:
+            log(f"generated {v} in {time.time() - t:.0f} s")
+        return path
+
+    done: dict[str, Path] = {}
+    errors: list[StoreGenerationError] = []
+    with ThreadPoolExecutor(max_workers=max(1, min(PARALLEL, len(todo)))) as pool:
+        futures = {v: pool.submit(one, v) for v in todo}
+        for v, future in futures.items():
+            try:
+                done[v] = future.result()
+            except StoreGenerationError as error:
+                errors.append(error)
+    if errors:
+        raise errors[0]
+    return done
 
 
 # --------------------------------------------------------------------------- CLI
