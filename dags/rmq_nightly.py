@@ -1,4 +1,5 @@
-"""rmq_nightly: every night, per configured broker, snapshot -> load -> check -> alert -> clean up.
+"""rmq_nightly: every night, per configured broker, snapshot -> load -> check -> alert -> clean up,
+then ``run_outcome``, which tells the operator about any task that failed or was killed.
 
 The steps are ``jobs.pipeline`` functions; this file only wires them into Airflow:
 brokers from ``config/pipeline.yaml`` (or the ``rmq_brokers`` Variable), one mapped task
@@ -8,6 +9,11 @@ Spark from Airflow connections, alert delivery through Airflow's notifiers.
 A logical date maps to one snapshot id (``2026-11-23T0200Z``), so re-running or
 backfilling a date re-uses its snapshot, loads nothing twice and delivers no alert twice.
 A date older than the broker's newest snapshot is skipped: that state of the store is gone.
+
+A task killed from outside (SIGKILL, out of memory) runs no callback of its own; the last
+task, ``run_outcome`` (trigger rule ``all_done``), runs whatever happened before it, reads
+the run's task states and sends one alert naming each failed task and its broker, then
+fails itself so the run stays failed.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from airflow.sdk import (
     Asset,
     BaseHook,
     CronTriggerTimetable,
+    TriggerRule,
     Variable,
     dag,
     get_current_context,
@@ -35,8 +42,8 @@ from jobs.snapshot import snapshot_id_for
 
 log = logging.getLogger("rmq_nightly")
 CONFIG = load_config()  # cheap: one YAML file; the DAG processor re-reads it on each parse
-LOADED_TABLES = [t for t in T.TABLES if t not in (T.CHECK_RESULTS, T.CONSUMER_LAG, T.ALERTS)]
-CHECKED_TABLES = [T.CHECK_RESULTS, T.CONSUMER_LAG, T.ALERTS]
+CHECKED_TABLES = [T.CHECK_RESULTS, T.CONSUMER_LAG, T.CONSUMER_STATUS, T.ALERTS]
+LOADED_TABLES = [t for t in T.TABLES if t not in CHECKED_TABLES]
 
 
 def table_asset(name: str) -> Asset:
@@ -138,10 +145,8 @@ def rmq_nightly() -> None:
         @task(map_index_template=BY_BROKER,
               outlets=[table_asset(name) for name in CHECKED_TABLES])
         def check(loaded: dict[str, Any]) -> dict[str, Any]:
-            from jobs.alerts import DEFAULT_CONFIG
-
             return _step(pipeline.check_broker, _spark(), CONFIG, _labelled(loaded),
-                         DEFAULT_CONFIG)
+                         CONFIG.alerts_config)
 
         @task(map_index_template=BY_BROKER)
         def alert(checked: dict[str, Any]) -> dict[str, Any]:
@@ -156,7 +161,13 @@ def rmq_nightly() -> None:
         delivered = alert(check(load(taken)))
         delivered >> clean_up(taken)
 
-    per_broker.expand(broker=list_brokers())
+    @task(trigger_rule=TriggerRule.ALL_DONE, retries=0)
+    def run_outcome() -> dict[str, Any]:
+        """Runs after everything, whatever happened: one alert naming every failed (or
+        killed) task and its broker; fails itself then, so the run stays failed."""
+        return _report_failures()
+
+    per_broker.expand(broker=list_brokers()) >> run_outcome()
 
 
 def _remote_snapshot(broker: BrokerSource, snapshot_id: str) -> dict[str, Any]:
@@ -175,6 +186,34 @@ def _remote_snapshot(broker: BrokerSource, snapshot_id: str) -> dict[str, Any]:
         return _step(pipeline.snapshot_broker, CONFIG, broker, snapshot_id, source)
     finally:
         client.close()
+
+
+def _report_failures() -> dict[str, Any]:
+    """The run's failed task instances (from Airflow's own record, since a killed task
+    could not report itself) as one alert on the configured channels."""
+    from notifiers import deliver  # dags/ is on sys.path
+
+    from jobs.alerts import AlertRules
+    from jobs.failures import failure_alert, unsuccessful
+
+    context = get_current_context()
+    ti, run_id = context["ti"], context["run_id"]
+    states = ti.get_task_states(dag_id=ti.dag_id, run_ids=[run_id]).get(run_id, {})
+    brokers = [b["name"] for b in ti.xcom_pull(task_ids="list_brokers") or []]
+    failed = unsuccessful(states, brokers, ignore=[ti.task_id])
+    if not failed:
+        log.info("run %s: every task succeeded or was skipped", run_id)
+        return {"run_id": run_id, "failed": []}
+    rules = AlertRules.load(CONFIG.alerts_config)
+    snapshot_id = _snapshot_id()
+    alert = failure_alert(ti.dag_id, run_id, snapshot_id, failed,
+                          report_url=rules.report_url(failed[0].broker or "", snapshot_id)
+                          if failed[0].broker else None, now=datetime.now(UTC))
+    log.error("%s\n  %s", alert.title, "\n  ".join(alert.findings))
+    delivery = (deliver(alert, rules, context=context) if CONFIG.deliver_alerts else
+                {"delivery": f"off (deliver_alerts is false in {CONFIG.source})"})
+    raise AirflowFailException(f"{alert.title}; alert delivery: "
+                               + ", ".join(f"{k}={v}" for k, v in delivery.items()))
 
 
 def _deliver(checked: dict[str, Any]) -> dict[str, Any]:
@@ -199,7 +238,7 @@ def _deliver(checked: dict[str, Any]) -> dict[str, Any]:
         return {"broker": broker, "snapshot_id": snapshot_id, "alert": alert.title,
                 "severity": alert.severity, "delivery": delivery}
     if pending:
-        delivery.update(deliver(alert, AlertRules.load(), only=pending,
+        delivery.update(deliver(alert, AlertRules.load(CONFIG.alerts_config), only=pending,
                                 context=get_current_context()))
         record_alert(spark, registry, alert, delivery)
     else:

@@ -1,10 +1,19 @@
 """Alert thresholds, one summarising alert per (broker, snapshot), and the ``alerts`` table.
 
-The reconcile job leaves a snapshot's findings in ``check_results`` and ``consumer_lag``;
-Great Expectations reports its failed rules. :func:`evaluate` turns those (small lists of
-dicts the caller collected for ONE snapshot) into at most one :class:`Alert` whose lines
-each say which threshold of ``config/alerts.yaml`` was crossed, with the numbers, so an
-operator gets one message per night and broker instead of one per queue.
+The reconcile job leaves a snapshot's findings in ``check_results`` and ``consumer_lag``,
+the status job its ``consumer_status``; Great Expectations reports its failed rules.
+:func:`evaluate` turns those (small lists of dicts the caller collected for ONE snapshot)
+into at most one :class:`Alert` whose lines each say which threshold of
+``config/alerts.yaml`` was crossed, with the numbers, so an operator gets one message per
+night and broker instead of one per queue.
+
+Alerts follow transitions, not nights: given the conditions of the earlier snapshots
+(:func:`condition_history`, re-derived from their stored rows), a condition that is still
+there is not repeated; a new one is raised, one that changed (a group going from WARN to
+STOP) is raised again, one that persists gets ONE reminder once it is
+``status.remind_after_days`` old, and one that cleared gets a recovery line. A condition is
+keyed by what it is about (a group's status, a lag threshold of a group, a check and its
+scope), so the same snapshot evaluated twice gives the same alert.
 :func:`record_alert` keeps it in the ``alerts`` table (a re-run replaces the row), and
 :func:`already_delivered` lets a re-run skip sending it again. Delivery itself lives in
 ``dags/notifiers.py``: jobs never import Airflow.
@@ -17,13 +26,15 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import quote
 
 import yaml
+
+from jobs.consumer_status import RANK, STATUSES, StatusSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -34,7 +45,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config" / "alerts.yaml"
 ERROR, WARNING = "error", "warning"
-SEVERITY_RANK = {ERROR: 0, WARNING: 1}          # alerts are error or warning (contract enum)
+INFO = "info"
+SEVERITY_RANK = {ERROR: 0, WARNING: 1}          # what a threshold can be configured as
+ALERT_RANK = {ERROR: 0, WARNING: 1, INFO: 2}    # an alert of recoveries only is info
 TOPIC_KINDS = ("normal", "retry", "dlq", "system")
 EMAIL, WEBHOOK = "email", "webhook"
 SENT = "sent"
@@ -101,6 +114,7 @@ class AlertRules:
     report_base_url: str | None = None
     report_page: str = "{broker}/{snapshot_id}.html"
     channels: Channels = field(default_factory=Channels)
+    status: StatusRules = field(default_factory=lambda: StatusRules())
     source: str = "<memory>"
 
     @classmethod
@@ -123,6 +137,21 @@ class AlertRules:
         page = self.report_page.format(broker=quote(broker, safe=""),
                                        snapshot_id=quote(snapshot_id, safe=""))
         return f"{self.report_base_url.rstrip('/')}/{page.lstrip('/')}"
+
+
+@dataclass(frozen=True)
+class StatusRules:
+    """``status`` in config/alerts.yaml: the consumer-status window (``settings``), which
+    statuses alert, the one reminder, the groups left out."""
+
+    settings: StatusSettings = field(default_factory=StatusSettings)
+    alert_from: str = "WARN"
+    remind_after_days: float | None = 3.0
+    ignore_groups: tuple[str, ...] = ("CID_RMQ_SYS_*",)
+
+    def alerts_on(self, group: str, status: str) -> bool:
+        return (RANK[status] >= RANK[self.alert_from]
+                and not any(fnmatchcase(group, pattern) for pattern in self.ignore_groups))
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -210,7 +239,7 @@ def _kind(value: Any) -> str:
 
 def _parse_rules(top: _Node) -> AlertRules:
     keys = top.mapping(("version", "lag", "lost_messages", "checks", "expectations",
-                        "report", "channels"), required=("version", "lag"))
+                        "report", "channels", "status"), required=("version", "lag"))
     if type(keys["version"].value) is not int or keys["version"].value != 1:
         keys["version"].fail(f"unsupported version {keys['version'].value!r} (expected 1)")
     lag_rules, kinds = _parse_lag(keys["lag"])
@@ -224,7 +253,35 @@ def _parse_rules(top: _Node) -> AlertRules:
         report_base_url=base_url,
         report_page=page or AlertRules.report_page,
         channels=_parse_channels(keys["channels"]) if "channels" in keys else Channels(),
+        status=_parse_status(keys["status"]) if "status" in keys else StatusRules(),
         source=top.file,
+    )
+
+
+def _parse_status(node: _Node) -> StatusRules:
+    keys = node.mapping(("window", "ok_lag_messages", "alert_from", "remind_after_days",
+                         "ignore_groups"))
+    default = StatusRules()
+    window = keys["window"].number(integer=True) if "window" in keys else \
+        default.settings.window
+    if window < 1:
+        keys["window"].fail("a window holds at least 1 snapshot")
+    alert_from = keys["alert_from"].text() if "alert_from" in keys else default.alert_from
+    if alert_from not in STATUSES or alert_from == "OK":
+        keys["alert_from"].fail(f"{alert_from!r}: choose one of {', '.join(STATUSES[1:])}")
+    remind = default.remind_after_days
+    if "remind_after_days" in keys:
+        remind = None if keys["remind_after_days"].value is None else \
+            float(keys["remind_after_days"].number(integer=False))
+    return StatusRules(
+        settings=StatusSettings(
+            window=int(window),
+            ok_lag_messages=int(keys["ok_lag_messages"].number(integer=True))
+            if "ok_lag_messages" in keys else default.settings.ok_lag_messages),
+        alert_from=alert_from,
+        remind_after_days=remind,
+        ignore_groups=tuple(item.text() for item in keys["ignore_groups"].items())
+        if "ignore_groups" in keys else default.ignore_groups,
     )
 
 
@@ -321,12 +378,18 @@ class Alert:
 
 @dataclass(frozen=True)
 class Finding:
-    """One crossed threshold: its severity and the line that says so."""
+    """One crossed threshold: its severity and the line that says so.
+
+    ``key`` names what it is about and stays the same while the condition lasts (a group's
+    status, a lag threshold of a group, a check and its scope); ``state`` changes when the
+    condition changes without clearing (a group going from WARN to STOP)."""
 
     severity: str
     line: str
     lag_group: str | None = None     # for the title: the group with the largest lag
     lag_messages: int = 0
+    key: str = ""
+    state: str = ""
 
 
 Row = Mapping[str, Any]
@@ -334,21 +397,30 @@ Row = Mapping[str, Any]
 
 def evaluate(rules: AlertRules, broker: str, snapshot_id: str, check_rows: Sequence[Row],
              lag_rows: Sequence[Row], failed_expectations: Sequence[Any],
-             *, now: datetime | None = None) -> Alert | None:
-    """The snapshot's single alert, or None when no threshold was crossed.
+             *, status_rows: Sequence[Row] = (), taken_at: datetime | None = None,
+             history: Sequence[Conditions] | None = None,
+             now: datetime | None = None) -> Alert | None:
+    """The snapshot's single alert, or None when there is nothing to say.
 
-    ``check_rows`` / ``lag_rows`` are rows of check_results / consumer_lag for this
-    snapshot (dicts keyed by column); ``failed_expectations`` are the failed Great
-    Expectations rules (dicts or records with table, rule, severity, description, observed).
+    ``check_rows`` / ``lag_rows`` / ``status_rows`` are rows of check_results /
+    consumer_lag / consumer_status for this snapshot (dicts keyed by column);
+    ``failed_expectations`` are the failed Great Expectations rules (dicts or records with
+    table, rule, severity, description, observed). ``history``: the conditions of the
+    earlier snapshots, oldest first (:func:`condition_history`); with it the alert says
+    only what changed since the previous snapshot (see :func:`transitions`), without it
+    every crossed threshold is listed.
     """
-    for rows in (check_rows, lag_rows):
+    for rows in (check_rows, lag_rows, status_rows):
         _require_scope(rows, broker, snapshot_id)
-    findings = [*lag_findings(rules, lag_rows), *lost_message_findings(rules, lag_rows),
-                *check_findings(rules, check_rows),
+    findings = [*snapshot_findings(rules, check_rows, lag_rows, status_rows),
                 *expectation_findings(rules, failed_expectations)]
+    if history is not None:
+        current = Conditions(snapshot_id, taken_at or now or datetime.now(UTC),
+                             _by_key(findings))
+        findings = transitions(rules, current, history)
     if not findings:
         return None
-    findings.sort(key=lambda f: SEVERITY_RANK[f.severity])  # stable: kinds keep their order
+    findings.sort(key=lambda f: ALERT_RANK[f.severity])  # stable: kinds keep their order
     return Alert(
         broker=broker,
         snapshot_id=snapshot_id,
@@ -358,6 +430,15 @@ def evaluate(rules: AlertRules, broker: str, snapshot_id: str, check_rows: Seque
         findings=tuple(f.line for f in findings),
         report_url=rules.report_url(broker, snapshot_id),
     )
+
+
+def snapshot_findings(rules: AlertRules, check_rows: Iterable[Row], lag_rows: Sequence[Row],
+                      status_rows: Sequence[Row]) -> list[Finding]:
+    """What the stored rows of one snapshot cross (everything but Great Expectations, whose
+    results are not in a table): with consumer_status rows, LOST is a group status."""
+    lost = status_findings(rules, status_rows) if status_rows else \
+        lost_message_findings(rules, lag_rows)
+    return [*lag_findings(rules, lag_rows), *lost, *check_findings(rules, check_rows)]
 
 
 def _require_scope(rows: Sequence[Row], broker: str, snapshot_id: str) -> None:
@@ -414,13 +495,14 @@ def lag_findings(rules: AlertRules, lag_rows: Iterable[Row]) -> list[Finding]:
                 rule.severity,
                 f"lag {group}: {lag.messages:,} messages on {_count(lag.queues, 'queue')} "
                 f"> {rule.max_messages:,} (rule '{rule.group}')",
-                lag_group=group, lag_messages=lag.messages))
+                lag_group=group, lag_messages=lag.messages, key=f"lag-messages {group}"))
         minutes = None if lag.oldest_seconds is None else lag.oldest_seconds / 60
         if rule.max_minutes is not None and minutes is not None and minutes > rule.max_minutes:
             findings.append(Finding(
                 rule.severity,
                 f"lag {group}: oldest unconsumed message {_ceil_tenth(minutes):,.1f} minutes "
-                f"old ({lag.oldest_at}) > {rule.max_minutes:g} minutes (rule '{rule.group}')"))
+                f"old ({lag.oldest_at}) > {rule.max_minutes:g} minutes (rule '{rule.group}')",
+                key=f"lag-minutes {group}"))
     return findings
 
 
@@ -432,15 +514,17 @@ def lost_message_findings(rules: AlertRules, lag_rows: Iterable[Row]) -> list[Fi
         Finding(ERROR,
                 f"lost messages {group}: {lag.lost:,} messages deleted by retention before "
                 f"the group consumed them, on {_count(lag.lost_queues, 'queue')} of "
-                f"{', '.join(sorted(lag.lost_topics))} (status below_min, rule lost_messages)")
+                f"{', '.join(sorted(lag.lost_topics))} (status below_min, rule lost_messages)",
+                key=f"status {group}", state="LOST")
         for group, lag in group_lag(rules, lag_rows).items() if lag.lost_queues
     ]
 
 
 def check_findings(rules: AlertRules, check_rows: Iterable[Row]) -> list[Finding]:
     """A line per check_results row of an alerting severity."""
-    return [Finding(row["severity"], _check_line(row)) for row in check_rows
-            if row["severity"] in rules.check_severities]
+    return [Finding(row["severity"], _check_line(row),
+                    key=f"check {row['check_name']} {row.get('scope') or 'broker'}")
+            for row in check_rows if row["severity"] in rules.check_severities]
 
 
 def _check_line(row: Row) -> str:
@@ -471,7 +555,7 @@ def expectation_findings(rules: AlertRules, failed: Iterable[Any]) -> list[Findi
             if observed:
                 prefix = "" if observed.startswith("observed") else "observed "
                 line += f" ({prefix}{observed})"
-            findings.append(Finding(severity, line))
+            findings.append(Finding(severity, line, key=f"expectation {row.get('table')}.{rule}"))
     return findings
 
 
@@ -486,6 +570,9 @@ def _as_mapping(item: Any) -> Mapping[str, Any]:
 def _title(broker: str, snapshot_id: str, findings: Sequence[Finding]) -> str:
     counts = [_count(sum(f.severity == s for f in findings), s)
               for s in SEVERITY_RANK if any(f.severity == s for f in findings)]
+    recovered = sum(f.severity == INFO for f in findings)
+    if recovered:
+        counts.append(f"{recovered:,} recovered")
     lags = [f for f in findings if f.lag_group]
     if lags:
         top = max(lags, key=lambda f: f.lag_messages)
@@ -504,6 +591,188 @@ def _ceil_tenth(value: float) -> float:
 
 def _one_line(value: object) -> str:
     return " ".join(str(value).split())
+
+
+# --------------------------------------------------------------------------- statuses
+
+#: The severity a consumer status alerts with.
+STATUS_SEVERITY = {"WARN": WARNING, "REWIND": WARNING, "STALL": ERROR, "STOP": ERROR,
+                   "LOST": ERROR}
+MAX_QUEUES_NAMED = 8
+
+
+def status_findings(rules: AlertRules, status_rows: Iterable[Row]) -> list[Finding]:
+    """A line per group whose status (its worst queue, consumer_status level group) alerts:
+    the status, its queues, lag, lost messages, catch-up estimate and why."""
+    findings = []
+    for row in status_rows:
+        group, status = str(row["group_name"]), str(row["status"])
+        if row.get("level") != "group" or not rules.status.alerts_on(group, status):
+            continue
+        if status == "LOST" and not rules.lost_messages:
+            continue
+        findings.append(Finding(STATUS_SEVERITY[status], _status_line(row), key=f"status {group}",
+                                state=status))
+    return findings
+
+
+def _status_line(row: Row) -> str:
+    queues = list(row.get("queues") or ())
+    named = ", ".join(queues[:MAX_QUEUES_NAMED]) + (
+        f" and {len(queues) - MAX_QUEUES_NAMED} more" if len(queues) > MAX_QUEUES_NAMED else "")
+    numbers = [f"lag {row['lag_messages']:,} messages (Diff Total {row['broker_diff']:,})"]
+    if row.get("lost_messages"):
+        numbers.append(f"{row['lost_messages']:,} messages lost to retention")
+    if row.get("lag_seconds") is not None:
+        numbers.append(f"oldest unconsumed {_ceil_tenth(row['lag_seconds'] / 60):,.1f} minutes old")
+    numbers.append(catch_up_text(row))
+    return (f"status {row['group_name']}: {row['status']} on {_count(len(queues), 'queue')} "
+            f"({named}): {'; '.join(numbers)}; {_one_line(row.get('reason') or '')}")
+
+
+def catch_up_text(row: Row) -> str:
+    """The catch-up estimate in words: caught up, in N hours (at ...), never, unknown."""
+    kind = row.get("catch_up")
+    if kind == "now":
+        return "caught up"
+    if kind == "eta" and row.get("catch_up_seconds") is not None:
+        at = row.get("catch_up_at")
+        when = f" (at {at:%Y-%m-%d %H:%M} UTC)" if isinstance(at, datetime) else ""
+        return f"catches up in {_duration(float(row['catch_up_seconds']))}{when}"
+    if kind == "never":
+        return ("never catches up at the window's rates (consumes "
+                f"{row.get('consume_rate_per_s') or 0:,.2f}/s, produced "
+                f"{row.get('produce_rate_per_s') or 0:,.2f}/s)")
+    return "catch-up unknown (one snapshot in the window)"
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("days", 86400), ("hours", 3600), ("minutes", 60)):
+        if seconds >= size:
+            return f"{seconds / size:,.1f} {unit}"
+    return f"{seconds:,.0f} seconds"
+
+
+# --------------------------------------------------------------------------- transitions
+
+
+@dataclass(frozen=True)
+class Conditions:
+    """What one snapshot crossed, by condition key."""
+
+    snapshot_id: str
+    taken_at: datetime | None
+    findings: Mapping[str, Finding]
+
+
+def _by_key(findings: Iterable[Finding]) -> dict[str, Finding]:
+    keyed: dict[str, Finding] = {}
+    for finding in findings:
+        key = finding.key or finding.line
+        if key in keyed:  # two lines about one thing (never today): keep both visible
+            key = f"{key} | {finding.line}"
+        keyed[key] = finding
+    return keyed
+
+
+def transitions(rules: AlertRules, current: Conditions,
+                history: Sequence[Conditions]) -> list[Finding]:
+    """The lines this snapshot's alert carries, given the earlier snapshots (oldest first):
+
+    * a condition absent from the previous snapshot: its line, as without history;
+    * one whose state changed (WARN -> STOP): its line, ``(was WARN)`` appended;
+    * one that persists: nothing, except ONE reminder when it turns
+      ``status.remind_after_days`` old (it was younger at the previous snapshot);
+    * one of the previous snapshot that is gone: a recovery line (severity info).
+    """
+    previous = history[-1] if history else None
+    if previous is None:
+        return list(current.findings.values())
+    out = []
+    for key, finding in current.findings.items():
+        before = previous.findings.get(key)
+        if before is None:
+            out.append(finding)
+        elif before.state != finding.state:
+            out.append(_with(finding, f"{finding.line} (was {before.state or 'raised'})"))
+        else:
+            since = _since(key, finding, current, history)
+            if _reminder_due(rules, since, current.taken_at, previous.taken_at):
+                assert since is not None and current.taken_at is not None
+                days = (current.taken_at - since).total_seconds() / 86400
+                out.append(_with(finding, f"reminder, still so since {since:%Y-%m-%d %H:%M} "
+                                          f"UTC ({days:,.1f} days): {finding.line}"))
+    for key, before in previous.findings.items():
+        if key not in current.findings:
+            out.append(Finding(INFO, _recovery_line(before), key=key, state="OK"))
+    return out
+
+
+def _with(finding: Finding, line: str) -> Finding:
+    return Finding(finding.severity, line, finding.lag_group, finding.lag_messages,
+                   finding.key, finding.state)
+
+
+def _since(key: str, finding: Finding, current: Conditions,
+           history: Sequence[Conditions]) -> datetime | None:
+    """When the condition began: the oldest snapshot of the unbroken run holding it in the
+    same state, ending now."""
+    since = current.taken_at
+    for earlier in reversed(history):
+        other = earlier.findings.get(key)
+        if other is None or other.state != finding.state:
+            break
+        since = earlier.taken_at
+    return since
+
+
+def _reminder_due(rules: AlertRules, since: datetime | None, now: datetime | None,
+                  previous: datetime | None) -> bool:
+    days = rules.status.remind_after_days
+    if days is None or since is None or now is None or previous is None:
+        return False
+    age = timedelta(days=days)
+    return now - since >= age > previous - since
+
+
+def _recovery_line(before: Finding) -> str:
+    what = before.key.split(" ", 1)
+    if what[0] == "status":
+        return f"recovered {what[1]}: no longer {before.state} (now below the alerting status)"
+    return f"cleared: {before.line}"
+
+
+def condition_history(registry: Registry, rules: AlertRules, broker: str,
+                      snapshot_id: str) -> list[Conditions]:
+    """The conditions of the checked snapshots before ``snapshot_id``, oldest first, back
+    to one snapshot older than the reminder horizon (so a condition's start is known when
+    a reminder can fall due), re-derived from their stored rows. Great Expectations
+    results are not stored per snapshot, so they are not part of it (see the README)."""
+    from jobs import tables as T
+    from jobs.consumer_status import checked_snapshots
+
+    earlier = [s for s in checked_snapshots(registry, broker, snapshot_id)
+               if s.snapshot_id != snapshot_id]
+    days = rules.status.remind_after_days
+    # a reminder is due when a condition is old enough now but was not at the previous
+    # snapshot: its start must be known back to (previous snapshot - remind_after_days)
+    horizon = earlier[-1].taken_at - timedelta(days=days) \
+        if earlier and days is not None and earlier[-1].taken_at is not None else None
+    history: list[Conditions] = []
+    for snap in reversed(earlier):
+        read = {name: registry.read_rows(name, broker=broker, snapshot_id=snap.snapshot_id)
+                for name in (T.CHECK_RESULTS, T.CONSUMER_LAG, T.CONSUMER_STATUS)}
+        if not read[T.CONSUMER_LAG] and not read[T.CHECK_RESULTS]:
+            continue  # never checked: no conditions known, not "all clear"
+        history.insert(0, Conditions(snap.snapshot_id, snap.taken_at, _by_key(snapshot_findings(
+            rules, read[T.CHECK_RESULTS], read[T.CONSUMER_LAG], read[T.CONSUMER_STATUS]))))
+        if horizon is None or snap.taken_at is None or snap.taken_at <= horizon \
+                or len(history) >= MAX_HISTORY:
+            break
+    return history
+
+
+MAX_HISTORY = 60
 
 
 # --------------------------------------------------------------------------- the table

@@ -1,10 +1,13 @@
 """The check job: everything that judges one loaded snapshot, in order.
 
 1. reconcile (``jobs.reconcile``): check_results and consumer_lag;
-2. Great Expectations (``jobs.expectations``): the contracts' quality rules, Data Docs;
-3. the nightly report (``jobs.report``): one HTML page per snapshot, linking the Data Docs;
-4. the alert (``jobs.alerts``): thresholds from ``config/alerts.yaml`` -> at most one
-   summarising alert, recorded in the ``alerts`` table and the log.
+2. consumer status (``jobs.consumer_status``): each group's status over the last N
+   snapshots and its catch-up estimate, in consumer_status;
+3. Great Expectations (``jobs.expectations``): the contracts' quality rules, Data Docs;
+4. the nightly report (``jobs.report``): one HTML page per snapshot, linking the Data Docs;
+5. the alert (``jobs.alerts``): thresholds from ``config/alerts.yaml``, compared with the
+   earlier snapshots' conditions -> at most one summarising alert of what changed,
+   recorded in the ``alerts`` table and the log.
 
 Delivery by e-mail and webhook belongs to the orchestrator (``dags/notifiers.py``, through
 Airflow's notifiers): this job records the alert with every configured channel "pending",
@@ -15,12 +18,22 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 from jobs import tables as T
-from jobs.alerts import DEFAULT_CONFIG, Alert, AlertRules, evaluate, record_alert
+from jobs.alerts import (
+    DEFAULT_CONFIG,
+    Alert,
+    AlertRules,
+    condition_history,
+    evaluate,
+    record_alert,
+    recorded_alert,
+)
+from jobs.consumer_status import judge_snapshot
 from jobs.expectations import ExpectationsSummary, run_expectations
 from jobs.reconcile import ReconcileSummary, reconcile_snapshot
 from jobs.report import write_report
@@ -33,6 +46,7 @@ PENDING = "pending"
 @dataclass
 class CheckOutcome:
     reconcile: ReconcileSummary
+    statuses: dict[str, str]          # group -> status at this snapshot
     expectations: ExpectationsSummary
     report: Path
     alert: Alert | None
@@ -41,7 +55,7 @@ class CheckOutcome:
 def check_snapshot(spark: SparkSession, registry: Registry, broker: str, snapshot_id: str,
                    *, rules_path: Path = DEFAULT_CONFIG,
                    output: Path | None = None) -> CheckOutcome:
-    """Run the four steps for ``snapshot_id`` of ``broker``; idempotent per snapshot.
+    """Run the five steps for ``snapshot_id`` of ``broker``; idempotent per snapshot.
 
     ``output`` holds the Data Docs (``gx/``) and the reports (``reports/``); default
     ``<warehouse>/_checks``.
@@ -49,16 +63,44 @@ def check_snapshot(spark: SparkSession, registry: Registry, broker: str, snapsho
     rules = AlertRules.load(rules_path)  # a bad config fails before any Spark job
     output = output or Path(registry.warehouse) / "_checks"
     reconciled = reconcile_snapshot(spark, registry, broker, snapshot_id)
+    statuses = judge_snapshot(spark, registry, broker, snapshot_id, rules.status.settings)
     expectations = run_expectations(spark, registry, broker, snapshot_id, output / "gx")
     report = write_report(spark, registry, broker, snapshot_id, output / "reports",
                           expectations.data_docs_index)
+    lag_rows = registry.read_rows(T.CONSUMER_LAG, broker=broker, snapshot_id=snapshot_id)
     alert = evaluate(rules, broker, snapshot_id,
                      registry.read_rows(T.CHECK_RESULTS, broker=broker, snapshot_id=snapshot_id),
-                     registry.read_rows(T.CONSUMER_LAG, broker=broker, snapshot_id=snapshot_id),
-                     expectations.failures)
+                     lag_rows, expectations.failures, status_rows=statuses,
+                     taken_at=_taken_at(lag_rows, statuses),
+                     history=condition_history(registry, rules, broker, snapshot_id))
     if alert is not None:
-        record_alert(spark, registry, alert, dict.fromkeys(rules.channels.names(), PENDING))
-    return CheckOutcome(reconciled, expectations, report, alert)
+        alert, delivery = _unchanged(registry, rules, alert)
+        record_alert(spark, registry, alert, delivery)
+    return CheckOutcome(reconciled, {r["group_name"]: r["status"] for r in statuses
+                                     if r["level"] == "group"}, expectations, report, alert)
+
+
+def _taken_at(lag_rows: list[dict], statuses: list[dict]) -> datetime | None:
+    """The snapshot's time, which reminders count days in."""
+    for row in (*statuses, *lag_rows):
+        if row.get("snapshot_taken_at") is not None:
+            return row["snapshot_taken_at"]
+    return None
+
+
+def _unchanged(registry: Registry, rules: AlertRules,
+               alert: Alert) -> tuple[Alert, dict[str, str]]:
+    """The alert to record and its delivery map: every channel "pending", unless this
+    snapshot already has the very same alert recorded. Then it is kept as it was (raised_at
+    and what each channel answered), so checking a snapshot again never sends it twice."""
+    delivery = dict.fromkeys(rules.channels.names(), PENDING)
+    recorded = recorded_alert(registry, alert.broker, alert.snapshot_id)
+    if recorded is None or recorded[0].findings != alert.findings:
+        return alert, delivery
+    before, answered = recorded
+    delivery.update({channel: status for channel, status in answered.items()
+                     if channel in delivery})
+    return before, delivery
 
 
 def format_outcome(outcome: CheckOutcome) -> str:
@@ -69,6 +111,8 @@ def format_outcome(outcome: CheckOutcome) -> str:
     statuses = ", ".join(f"{count} {name}" for name, count in sorted(r.lag_by_status.items()))
     lines = [f"checks of {r.broker} / {r.snapshot_id}: {severities} ({r.seconds:.1f} s)",
              f"consumer lag: {r.lag_rows} queue rows ({statuses or 'none'})",
+             "consumer status: " + (", ".join(f"{group} {status}" for group, status in
+                                              outcome.statuses.items()) or "no groups"),
              *outcome.expectations.lines(),
              f"report: {outcome.report}"]
     if outcome.alert is None:

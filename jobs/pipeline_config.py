@@ -9,6 +9,7 @@ retries: 2                       # per task, with exponential backoff from retry
 retry_delay_s: 60
 spark_conn_id: rmq_spark         # Airflow connection naming the Spark master; absent: local
 deliver_alerts: true             # false: alerts are recorded and logged, not sent
+alerts_config: config/alerts.yaml  # thresholds, consumer-status window, reminders, channels
 brokers:
   - name: broker-a
     store: /var/lib/rocketmq/store          # a local (or mounted) store ...
@@ -70,6 +71,7 @@ class PipelineConfig:
     deliver_alerts: bool
     brokers: tuple[BrokerSource, ...]
     source: Path
+    alerts_config: Path = REPO_ROOT / "config" / "alerts.yaml"
 
     @property
     def checks_output(self) -> Path:
@@ -92,7 +94,7 @@ def load_config(path: str | Path | None = None) -> PipelineConfig:
     if not isinstance(document, dict):
         raise PipelineConfigError(f"{path}: expected a mapping at the top")
     known = {"schedule", "snapshot_root", "warehouse", "retention_days", "retries",
-             "retry_delay_s", "spark_conn_id", "deliver_alerts", "brokers"}
+             "retry_delay_s", "spark_conn_id", "deliver_alerts", "brokers", "alerts_config"}
     unknown = sorted(set(document) - known)
     if unknown:
         raise PipelineConfigError(f"{path}: unknown key(s) {', '.join(unknown)}")
@@ -114,6 +116,7 @@ def load_config(path: str | Path | None = None) -> PipelineConfig:
         deliver_alerts=_flag(path, document, "deliver_alerts", True),
         brokers=parse_brokers(document.get("brokers") or [], str(path)),
         source=path,
+        alerts_config=where("alerts_config", "config/alerts.yaml"),
     )
 
 

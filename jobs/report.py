@@ -1,8 +1,10 @@
 """The nightly report: one static HTML page per snapshot and an index over a broker's pages.
 
 An operator opens ``<out_dir>/<broker>/<snapshot_id>.html`` instead of querying tables:
-the findings of the checks by severity, consumer lag per group over the snapshots and per
-queue now, and the messages per topic per hour that arrived with the snapshot. The page
+the findings of the checks by severity, each consumer group's status over the snapshots
+(a timeline coloured by status) with its lag and catch-up estimate now, consumer lag per
+group over the snapshots and per queue now, and the messages per topic per hour that
+arrived with the snapshot. The page
 is self-contained (plotly.js inlined once, no other file, no network) because neither
 the machine that writes it nor the operator's browser may reach the internet.
 
@@ -27,7 +29,9 @@ from urllib.parse import quote
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.tables import CHECK_RESULTS, CONSUMER_LAG, MESSAGES, SNAPSHOTS, Registry
+from jobs.alerts import catch_up_text
+from jobs.consumer_status import STATUSES as CONSUMER_STATUSES
+from jobs.tables import CHECK_RESULTS, CONSUMER_LAG, CONSUMER_STATUS, MESSAGES, SNAPSHOTS, Registry
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -38,6 +42,9 @@ LAG_STATUSES = ("ok", "below_min")
 STATUSES = ("ok", "no_offset", "below_min", "above_max", "no_queue")
 SEVERITIES = ("error", "warning", "info")
 SEVERITY_COLORS = {"error": "#c62828", "warning": "#ef8f00", "info": "#1565c0"}
+# Consumer statuses, best to worst: green, amber, purple, orange, red, dark red.
+STATUS_COLORS = {"OK": "#2e7d32", "WARN": "#f9a825", "REWIND": "#6a1b9a", "STALL": "#ef6c00",
+                 "STOP": "#c62828", "LOST": "#4a0000"}
 # Longest table a page shows; the rest is counted, not listed (the tables hold it all).
 MAX_TABLE_ROWS = 2000
 CHART_HEIGHT = 420
@@ -85,6 +92,32 @@ class GroupLag:
 
 
 @dataclass(frozen=True)
+class StatusPoint:
+    """A group's status at one snapshot (``consumer_status``, level group)."""
+
+    group: str
+    snapshot_id: str
+    taken_at: str
+    status: str
+    lag: int
+    queues: list[str]
+
+
+@dataclass(frozen=True)
+class GroupStatus:
+    """A group's status at the current snapshot, with lag and catch-up estimate."""
+
+    group: str
+    status: str
+    since_snapshot_id: str
+    lag: int
+    lost: int
+    catch_up: str
+    queues: list[str]
+    reason: str
+
+
+@dataclass(frozen=True)
 class QueueLag:
     """One (group, topic, queue) row of ``consumer_lag`` at the current snapshot."""
 
@@ -118,6 +151,8 @@ class ReportData:
     broker: str
     snapshot: SnapshotInfo
     lag_history: list[LagPoint]
+    status_history: list[StatusPoint]
+    statuses: list[GroupStatus]
     groups: list[GroupLag]
     queues: list[QueueLag]
     queues_truncated: bool
@@ -203,6 +238,8 @@ def collect_report_data(spark: SparkSession, registry: Registry, broker: str,
     return ReportData(
         broker=broker, snapshot=snapshot,
         lag_history=_lag_history(spark, registry, lag, broker, snapshot.seq),
+        status_history=_status_history(spark, registry, broker, snapshot.seq),
+        statuses=_group_statuses(registry, broker, snapshot.snapshot_id),
         groups=_group_lag(current_lag), queues=queues, queues_truncated=queues_truncated,
         volume=_volume(spark, registry, broker, snapshot.snapshot_id),
         severity_counts=_severity_counts(findings),
@@ -234,6 +271,35 @@ def _lag_history(spark: SparkSession, registry: Registry, lag: DataFrame, broker
             .agg(F.sum(_counted_lag()).alias("lag"))
             .orderBy("group_name", "snapshot_seq").collect())
     return [LagPoint(r.group_name, r.snapshot_id, r.x, r.lag) for r in rows]
+
+
+def _status_history(spark: SparkSession, registry: Registry, broker: str,
+                    up_to_seq: int) -> list[StatusPoint]:
+    """Each group's status at each snapshot up to this one (group rows: a few per night)."""
+    snapshots = (registry.read(SNAPSHOTS)
+                 .where((F.col("broker") == broker) & (F.col("snapshot_seq") <= up_to_seq)
+                        & F.col("taken_at").isNotNull())
+                 .select("snapshot_id", "snapshot_seq",
+                         _utc_text(spark, F.col("taken_at")).alias("x")))
+    rows = (registry.read(CONSUMER_STATUS)
+            .where((F.col("broker") == broker) & (F.col("level") == "group"))
+            .join(snapshots, "snapshot_id")
+            .select("group_name", "snapshot_id", "snapshot_seq", "x", "status",
+                    "lag_messages", "queues")
+            .orderBy("group_name", "snapshot_seq").collect())
+    return [StatusPoint(r.group_name, r.snapshot_id, r.x, r.status, r.lag_messages,
+                        list(r.queues or [])) for r in rows]
+
+
+def _group_statuses(registry: Registry, broker: str, snapshot_id: str) -> list[GroupStatus]:
+    """The groups' statuses at this snapshot, worst first."""
+    rows = [r for r in registry.read_rows(CONSUMER_STATUS, broker=broker,
+                                          snapshot_id=snapshot_id) if r["level"] == "group"]
+    rank = {status: i for i, status in enumerate(CONSUMER_STATUSES)}
+    rows.sort(key=lambda r: (-rank.get(str(r["status"]), 0), str(r["group_name"])))
+    return [GroupStatus(str(r["group_name"]), str(r["status"]), str(r["status_since_snapshot_id"]),
+                        int(r["lag_messages"]), int(r["lost_messages"]), catch_up_text(r),
+                        list(r["queues"] or []), str(r["reason"])) for r in rows]
 
 
 def _group_lag(current_lag: DataFrame) -> list[GroupLag]:
@@ -353,6 +419,34 @@ def lag_chart(history: list[LagPoint]) -> Html:
         # A date axis around one instant zooms to milliseconds: label the one point.
         figure.update_xaxes(type="category")
     return _chart(figure, "chart-lag", "no consumer lag computed for these snapshots")
+
+
+def status_chart(history: list[StatusPoint]) -> Html:
+    """A timeline: one row per group, one square per snapshot, coloured by the status (one
+    trace per status, so the legend is the colour key)."""
+    import plotly.graph_objects as go
+
+    figure = go.Figure()
+    for status in CONSUMER_STATUSES:
+        points = [p for p in history if p.status == status]
+        if not points:
+            continue
+        figure.add_trace(go.Scatter(
+            name=status, mode="markers", x=[p.taken_at for p in points],
+            y=[p.group for p in points],
+            marker={"color": STATUS_COLORS[status], "symbol": "square", "size": 18},
+            customdata=[[p.snapshot_id, p.lag, ", ".join(p.queues[:8])] for p in points],
+            hovertemplate=("%{y}: " + status + "<br>snapshot %{customdata[0]}<br>%{x}"
+                           "<br>lag %{customdata[1]:,} messages<br>%{customdata[2]}"
+                           "<extra></extra>")))
+    groups = sorted({p.group for p in history}, reverse=True)
+    figure.update_layout(title="Consumer status per group over the snapshots",
+                         xaxis_title="snapshot taken at (UTC)", legend_title="status")
+    figure.update_yaxes(type="category", categoryorder="array", categoryarray=groups)
+    if len({p.taken_at for p in history}) == 1:
+        figure.update_xaxes(type="category")
+    return _chart(figure, "chart-status", "no consumer status judged for these snapshots",
+                  height=max(240, 60 + 36 * len(groups)))
 
 
 def volume_chart(volume: dict[str, dict[str, int]]) -> Html:
@@ -478,6 +572,22 @@ def _lag_section(data: ReportData) -> Html:
                 f"<h3>Per group and queue at this snapshot</h3>{queues}{more}</section>")
 
 
+def _status_section(data: ReportData) -> Html:
+    rows = [([g.group, Html(f'<span class="badge consumer-{html.escape(g.status)}">'
+                            f"{html.escape(g.status)}</span>"
+                            if g.status in STATUS_COLORS else g.status),
+              g.since_snapshot_id, g.lag, g.lost, g.catch_up, ", ".join(g.queues[:8]), g.reason],
+             f"consumer-{g.status}" if g.status in STATUS_COLORS else "consumer-other")
+            for g in data.statuses]
+    table = (_table(["group", "status", "since snapshot", "lag messages", "lost messages",
+                     "catch-up", "queues", "why"], rows, "status-table")
+             if rows else Html('<p class="empty">No consumer status judged for this '
+                               "snapshot.</p>"))
+    return Html(f'<section id="status"><h2>Consumer status</h2>'
+                f"{status_chart(data.status_history)}"
+                f"<h3>Per group at this snapshot</h3>{table}</section>")
+
+
 def _volume_section(data: ReportData) -> Html:
     total = sum(sum(hours.values()) for hours in data.volume.values())
     return Html(f'<section id="volume"><h2>Messages</h2>'
@@ -505,7 +615,8 @@ def render_page(data: ReportData, data_docs_href: str | None = None) -> str:
             f"{datetime.now(UTC).strftime('%Y-%m-%d %H:%M:%S')} UTC")
     body = (f'<header><h1>{html.escape(title)}</h1><p class="meta">{meta}</p>'
             f'<nav>{" · ".join(links)}</nav></header>'
-            f"{_findings_section(data)}{_lag_section(data)}{_volume_section(data)}")
+            f"{_findings_section(data)}{_status_section(data)}{_lag_section(data)}"
+            f"{_volume_section(data)}")
     return _document(title, body, with_plotly=True)
 
 
@@ -548,6 +659,9 @@ tr.status-below_min,tr.severity-error{background:#fde7e7}
 .badge.status-other,.badge.severity-warning,.count.severity-warning{color:#a15c00}
 .badge.severity-info,.count.severity-info{color:#1565c0}
 .empty,.truncated{color:#555;font-style:italic}
+""" + "".join(f".badge.consumer-{s}{{color:{c}}}" for s, c in STATUS_COLORS.items()) + """
+tr.consumer-WARN,tr.consumer-REWIND{background:#fff4e0}
+tr.consumer-STALL,tr.consumer-STOP,tr.consumer-LOST{background:#fde7e7}
 """
 
 

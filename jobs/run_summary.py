@@ -47,6 +47,7 @@ def format_run_summary(config: PipelineConfig, broker: str, snapshot_id: str) ->
         lines.append(f"  rmq.{table:<20} {'-' if count is None else f'{count:>10,}'} rows")
     lines += ["", *_check_lines(warehouse, broker, snapshot_id)]
     lines += ["", *_lag_lines(warehouse, broker, snapshot_id)]
+    lines += ["", *_status_lines(warehouse, broker, snapshot_id)]
     lines += ["", *_alert_lines(warehouse, broker, snapshot_id)]
     report = config.checks_output / "reports" / broker / f"{snapshot_id}.html"
     docs = config.checks_output / "gx" / "gx" / "uncommitted" / "data_docs" / "local_site"
@@ -94,6 +95,26 @@ def _lag_lines(warehouse: Path, broker: str, snapshot_id: str) -> list[str]:
                      f"{group['lag']:>9,} {group['seconds'] / 60:>7.1f}m  {statuses}")
     if len(ranked) > LAG_ROWS:
         lines.append(f"  ... {len(ranked) - LAG_ROWS} more (rmq.consumer_lag)")
+    return lines
+
+
+def _status_lines(warehouse: Path, broker: str, snapshot_id: str) -> list[str]:
+    """Each group's consumer status (worst first), lag and catch-up estimate."""
+    from jobs.alerts import catch_up_text
+    from jobs.consumer_status import RANK
+
+    rows = [r for r in _rows(warehouse, T.CONSUMER_STATUS, broker=broker,
+                             snapshot_id=snapshot_id) if r["level"] == "group"]
+    if not rows:
+        return ["consumer status: none judged"]
+    rows.sort(key=lambda r: (-RANK.get(str(r["status"]), 0), str(r["group_name"])))
+    lines = [f"consumer status ({len(rows)} groups; worst first):"]
+    for row in rows[:LAG_ROWS]:
+        lines.append(f"  {str(row['group_name'])[:28]:<28} {row['status']:<6} since "
+                     f"{row['status_since_snapshot_id']}  lag {row['lag_messages']:,}; "
+                     f"{catch_up_text(row)}")
+    if len(rows) > LAG_ROWS:
+        lines.append(f"  ... {len(rows) - LAG_ROWS} more (rmq.consumer_status)")
     return lines
 
 

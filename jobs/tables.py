@@ -39,11 +39,13 @@ LOAD_RUNS = "load_runs"
 # Checks: written per snapshot by the reconcile job and the alerts.
 CHECK_RESULTS = "check_results"
 CONSUMER_LAG = "consumer_lag"
+CONSUMER_STATUS = "consumer_status"
 ALERTS = "alerts"
 
 TABLES = (MESSAGES, QUEUE_ENTRIES, INDEX_ENTRIES, TOPICS, SUBSCRIPTION_GROUPS,
           CONSUMER_OFFSETS, DELAY_OFFSETS, PENDING_TIMERS, SNAPSHOTS, QUARANTINE,
-          RETENTION_GAPS, LOAD_STATE, LOAD_RUNS, CHECK_RESULTS, CONSUMER_LAG, ALERTS)
+          RETENTION_GAPS, LOAD_STATE, LOAD_RUNS, CHECK_RESULTS, CONSUMER_LAG,
+          CONSUMER_STATUS, ALERTS)
 
 
 # {id(SparkContext): {qualified name: location}} of the names this process registered.

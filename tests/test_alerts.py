@@ -470,3 +470,38 @@ def test_record_alert_twice_leaves_one_row(spark, tmp_path: Path,  # type: ignor
     assert already_delivered(registry, BROKER, SNAPSHOT)
     assert not already_delivered(registry, BROKER, "2026-11-24")
     assert registry.drift(T.ALERTS) == []
+
+
+# --------------------------------------------------------------------------- failed runs
+
+
+def test_failed_tasks_are_named_with_their_broker() -> None:
+    """What the DAG's last task turns Airflow's task states into (a killed task included:
+    its state is just "failed"); tests/test_dag.py kills one for real."""
+    from jobs.failures import failure_alert, unsuccessful
+
+    states = {"list_brokers": "success", "broker.snapshot_0": "success",
+              "broker.snapshot_1": "success", "broker.load_0": "success",
+              "broker.load_1": "failed", "broker.check_1": "upstream_failed",
+              "broker.alert_1": "upstream_failed", "broker.clean_up_1": "upstream_failed",
+              "broker.check_0": "success", "broker.alert_0": "skipped",
+              "run_outcome": "running"}
+    failed = unsuccessful(states, ["broker-a", "broker-b"], ignore=["run_outcome"])
+    assert [(f.task_id, f.broker, f.state) for f in failed] == [
+        ("broker.load", "broker-b", "failed"),
+        ("broker.alert", "broker-b", "upstream_failed"),
+        ("broker.check", "broker-b", "upstream_failed"),
+        ("broker.clean_up", "broker-b", "upstream_failed")]
+    alert = failure_alert("rmq_nightly", "manual__x", SNAPSHOT, failed,
+                          report_url=None, now=NOW)
+    assert (alert.severity, alert.broker) == ("error", "broker-b")
+    assert alert.title == f"rmq_nightly {SNAPSHOT}: 1 task failed: broker-b broker.load"
+    assert alert.findings == (
+        "task broker.load of broker broker-b failed (it raised, or its process was killed: "
+        "SIGKILL, out of memory); run manual__x",
+        "not run for broker broker-b (upstream failed): broker.alert, broker.check, "
+        "broker.clean_up")
+    # the broker list itself failed: nothing was mapped
+    none = unsuccessful({"list_brokers": "failed", "broker.snapshot": "upstream_failed"}, [])
+    assert [(f.task_id, f.broker) for f in none] == [("list_brokers", None),
+                                                     ("broker.snapshot", None)]

@@ -193,10 +193,13 @@ def test_page_is_self_contained_and_links(reported, browser_page):  # type: igno
     _, pages, docs = reported
     page = pages["s2"]
     text = page.read_text(encoding="utf-8")
-    assert text.count("* plotly.js v") == 1  # inlined once, for all three charts
+    assert text.count("* plotly.js v") == 1  # inlined once, for all four charts
     assert page.stat().st_size < 6 * 1024 * 1024
     _open(browser_page, page)
-    assert browser_page.locator(".js-plotly-plot").count() == 3
+    assert browser_page.locator(".js-plotly-plot").count() == 4
+    # no consumer_status rows in this warehouse: the timeline says so instead of axes
+    assert "no consumer status judged" in browser_page.inner_text("#chart-status")
+    assert browser_page.inner_text("#status p.empty").startswith("No consumer status")
     assert browser_page.locator("script[src], link[href]").count() == 0
     docs_href = browser_page.get_attribute("#link-data-docs", "href")
     assert not docs_href.startswith(("/", "file:"))

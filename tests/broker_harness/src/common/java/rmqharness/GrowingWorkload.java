@@ -47,13 +47,27 @@ import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
  *   <li>p3: a few more sends, copy s3; then a clean shutdown (SIGTERM) leaves the final {@code store/}.</li>
  * </ol>
  *
+ * Consumer-status groups (TopicBulk only, offsets committed without pulling, just before each copy; see
+ * {@link #lagCommit}): G_SLOW falls behind (moves a quarter of what was produced), G_STOP commits once
+ * before s1 and never again, G_RESET commits lower before s2 than before s1 (a reset backwards) and
+ * catches up before s3, G_LOST stays near the start of the queue until retention deleted its
+ * unconsumed messages (s3). Their commits are in lag_commits.jsonl.
+ *
  * Ground truth: messages.jsonl (with the first snapshot that surely holds each message),
  * snapshots.json (copy windows, files per snapshot, retention details), consumer_groups_sN.jsonl and
  * topic_stats_sN.jsonl (admin views taken just before copy sN), plus the usual final files.
  */
 final class GrowingWorkload {
     static final String G_STEP = "G_STEP";
-    static final List<String> GROUPS = List.of(Workload.G_ALL, G_STEP);
+    static final String G_SLOW = "G_SLOW";
+    static final String G_STOP = "G_STOP";
+    static final String G_RESET = "G_RESET";
+    static final String G_LOST = "G_LOST";
+    /** The consumer-status groups: pull consumers of TopicBulk that only commit offsets. */
+    static final List<String> LAG_GROUPS = List.of(G_SLOW, G_STOP, G_RESET, G_LOST);
+    static final List<String> GROUPS = List.of(Workload.G_ALL, G_STEP, G_SLOW, G_STOP, G_RESET, G_LOST);
+    /** How far G_RESET goes back before s2, below its s1 commit (messages per queue). */
+    static final long RESET_BACK = 50;
     static final List<String> SNAPSHOTS = List.of("s1", "s2", "s3");
     /** Broker setting of this variant (see Harness.brokerConfig): period of the retention services. */
     static final int CLEAN_RESOURCE_INTERVAL_MS = 2000;
@@ -86,6 +100,11 @@ final class GrowingWorkload {
     final Random trickleRnd = new Random(20240612L);
     final AtomicInteger trickleSeq = new AtomicInteger();
     final List<Map<String, Object>> stepCommits = new ArrayList<>();
+    final List<Map<String, Object>> lagCommits = new ArrayList<>();
+    final Map<String, DefaultMQPullConsumer> lagConsumers = new LinkedHashMap<>();
+    /** (group, queue) -> [committed offset, queue max offset at that commit]. */
+    final Map<String, long[]> lagOffsets = new HashMap<>();
+    long lagCommittedMs;
     List<Map<String, Object>> finalGroups = new ArrayList<>();
     List<Map<String, Object>> finalTopics = new ArrayList<>();
     int normalN;
@@ -151,6 +170,9 @@ final class GrowingWorkload {
 
         Workload.shutdownQuietly(cAll);
         Workload.shutdownQuietly(cStep);
+        for (DefaultMQPullConsumer c : lagConsumers.values()) {
+            Workload.shutdownQuietly(c);
+        }
         Thread.sleep(1000);
         h.mark("consumersStopped");
         finalGroups = consumeStats();
@@ -184,6 +206,72 @@ final class GrowingWorkload {
         wl.configureConsumer(cStep, "c-step");
         cStep.setRegisterTopics(new HashSet<>(topics().keySet()));
         cStep.start();
+
+        for (String g : LAG_GROUPS) {
+            DefaultMQPullConsumer c = new DefaultMQPullConsumer(g);
+            wl.configureConsumer(c, "c-" + g.toLowerCase());
+            c.setRegisterTopics(new HashSet<>(List.of(Workload.T_BULK)));
+            c.start();
+            lagConsumers.put(g, c);
+        }
+    }
+
+    /**
+     * The consumer-status groups commit (without pulling) just before copy {@code forSnapshot}, per
+     * TopicBulk queue with max offset {@code max} and what was produced since their previous commit:
+     * <ul>
+     *   <li>G_SLOW: s1 {@code max - max/10}, then + a quarter of what was produced (lag rises, offset moves);</li>
+     *   <li>G_STOP: s1 {@code max}, never again (lag grows, nothing moves);</li>
+     *   <li>G_RESET: s1 {@code max}, s2 its s1 offset - {@link #RESET_BACK} (backwards), s3 {@code max};</li>
+     *   <li>G_LOST: s1 {@code max/10}, s2 + a quarter of what was produced, s3 nothing: retention deleted
+     *       the messages it had not consumed.</li>
+     * </ul>
+     */
+    /** The offset {@code group} commits before copy {@code forSnapshot}, or null for no commit. */
+    static Long lagTarget(String group, String forSnapshot, long max, long[] prev) {
+        if (prev == null) {  // before s1
+            if (group.equals(G_SLOW)) {
+                return max - max / 10;
+            }
+            return group.equals(G_LOST) ? max / 10 : max;
+        }
+        long quarter = (max - prev[1] + 3) / 4;
+        if (group.equals(G_SLOW) || (group.equals(G_LOST) && forSnapshot.equals("s2"))) {
+            return prev[0] + quarter;
+        }
+        if (group.equals(G_RESET)) {
+            return forSnapshot.equals("s2") ? prev[0] - RESET_BACK : max;
+        }
+        return null;  // G_STOP after s1, G_LOST before s3
+    }
+
+    void lagCommit(String forSnapshot) throws Exception {
+        for (String g : LAG_GROUPS) {
+            DefaultMQPullConsumer c = lagConsumers.get(g);
+            List<MessageQueue> mqs = new ArrayList<>(c.fetchSubscribeMessageQueues(Workload.T_BULK));
+            mqs.sort(Comparator.comparingInt(MessageQueue::getQueueId));
+            for (MessageQueue mq : mqs) {
+                long max = c.maxOffset(mq);
+                String key = g + "/" + mq.getQueueId();
+                long[] prev = lagOffsets.get(key);
+                Long target = lagTarget(g, forSnapshot, max, prev);
+                if (target == null) {
+                    continue;
+                }
+                wl.commitOffset(c, mq, target);
+                lagOffsets.put(key, new long[] {target, max});
+                Map<String, Object> r = new LinkedHashMap<>();
+                r.put("group", g);
+                r.put("forSnapshot", forSnapshot);
+                r.put("topic", mq.getTopic());
+                r.put("queueId", mq.getQueueId());
+                r.put("maxOffset", max);
+                r.put("committedOffset", target);
+                r.put("committedMs", System.currentTimeMillis());
+                lagCommits.add(r);
+            }
+        }
+        lagCommittedMs = System.currentTimeMillis();
     }
 
     void produce(int phase) throws Exception {
@@ -305,16 +393,16 @@ final class GrowingWorkload {
         if (commitStep) {
             stepCommit(name);
             prep.put("gStepCommittedMs", stepCommittedMs);
-            // push consumers commit every 2 s (persistConsumerOffsetInterval), the broker persists every 5 s
-            long after = Math.max(stepCommittedMs, allCaughtUpMs + 2500);
-            boolean ok = waitConfigPersisted(after);
-            prep.put("consumerOffsetJsonPersistedAfterMs", after);
-            prep.put("consumerOffsetJsonPersisted", ok);
-            if (!ok) {
-                notes.put("persistWait" + name, "consumerOffset.json not rewritten within 15 s");
-            }
-        } else {
-            prep.put("consumerOffsetJsonPersisted", null);
+        }
+        lagCommit(name);
+        prep.put("lagGroupsCommittedMs", lagCommittedMs);
+        // push consumers commit every 2 s (persistConsumerOffsetInterval), the broker persists every 5 s
+        long after = Math.max(lagCommittedMs, allCaughtUpMs + 2500);
+        boolean ok = waitConfigPersisted(after);
+        prep.put("consumerOffsetJsonPersistedAfterMs", after);
+        prep.put("consumerOffsetJsonPersisted", ok);
+        if (!ok) {
+            notes.put("persistWait" + name, "consumerOffset.json not rewritten within 15 s");
         }
         groupStats.put(name, consumeStats());
         topicStats.put(name, topicStatsRows());
@@ -742,6 +830,7 @@ final class GrowingWorkload {
         Harness.writeJsonLines(h.truth.resolve("consumer_groups.jsonl"), finalGroups);
         Harness.writeJsonLines(h.truth.resolve("topic_stats.jsonl"), finalTopics);
         Harness.writeJsonLines(h.truth.resolve("step_commits.jsonl"), stepCommits);
+        Harness.writeJsonLines(h.truth.resolve("lag_commits.jsonl"), lagCommits);
 
         for (Map<String, Object> snap : snapshots) {
             Map<String, Long> c = perSnapshot.get((String) snap.get("name"));
@@ -768,6 +857,13 @@ final class GrowingWorkload {
         groups.put(Workload.G_ALL, "push, concurrently, TopicNormal + TopicBulk, always CONSUME_SUCCESS");
         groups.put(G_STEP, "pull; before s1 and s2 pulls up to maxOffset/2, right after s2 up to 3*maxOffset/4 of"
             + " every queue of TopicNormal and TopicBulk and commits that offset synchronously (step_commits.jsonl)");
+        groups.put(G_SLOW, "pull, TopicBulk, commits only: before s1 max - max/10, before s2 and s3 + a quarter of"
+            + " what was produced since (falls behind)");
+        groups.put(G_STOP, "pull, TopicBulk, commits only: max before s1, never again (stopped)");
+        groups.put(G_RESET, "pull, TopicBulk, commits only: max before s1, its s1 offset - " + RESET_BACK
+            + " before s2 (reset backwards), max before s3");
+        groups.put(G_LOST, "pull, TopicBulk, commits only: max/10 before s1, + a quarter of what was produced"
+            + " before s2, nothing before s3 (retention deleted its unconsumed messages)");
         run.put("groups", groups);
         Map<String, Object> client = new LinkedHashMap<>();
         client.put("compressMsgBodyOverHowmuch", Workload.COMPRESS_OVER);
