@@ -98,11 +98,16 @@ sshd:
 			{ apt-get update -qq && apt-get install -y -qq openssh-server; }; \
 		else echo "error: $(SSHD) missing: apt-get install openssh-server (as root)"; exit 1; fi; }
 
-## test: set up, then run the whole test suite
+## test: set up, then run the whole test suite (two pytest processes at once, see
+## tests/lanes.sh); with PYTEST_ARGS, one pytest run with those arguments instead
 # pytest exits 5 when it collects no tests; that alone must not fail CI.
 test: setup browser sshd stores
+ifeq ($(strip $(PYTEST_ARGS)),)
+	bash tests/lanes.sh $(PY)
+else
 	$(PY) -m pytest $(PYTEST_ARGS); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$status
+endif
 
 ## fuzz: coverage-guided fuzzing (atheris) of every rmqlib decoder, FUZZ_SECONDS per target,
 ## seeded from the real-broker stores; finds are kept in tests/fuzz/regressions/ (commit them:
