@@ -586,7 +586,11 @@ def killed(airflow, growing_store, tmp_path_factory):  # type: ignore[no-untyped
            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
            "AIRFLOW__API_AUTH__JWT_SECRET": "rmq-tests-only-" + os.urandom(8).hex(),
-           "AIRFLOW__API__PORT": str(port)}
+           "AIRFLOW__API__PORT": str(port),
+           # if the kill hits a task's supervisor instead of the task, the heartbeat
+           # timeout is what fails it: 30 s, not the default 5 minutes
+           "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "30",
+           "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5"}
     env.pop("AIRFLOW_CONN_RMQ_BROKER_SSH", None)
     airflow_bin = str(Path(sys.executable).parent / "airflow")
     database = Path(os.environ["AIRFLOW_HOME"]) / "airflow.db"
