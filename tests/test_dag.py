@@ -21,12 +21,14 @@ task SIGKILLed: the run's final task still tells the operator which broker and t
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
 import shutil
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
@@ -549,6 +551,21 @@ RUN_OF_DATE = ("SELECT {columns} FROM task_instance ti JOIN dag_run dr ON dr.dag
                "AND dr.logical_date LIKE ?")
 
 
+def _wait_until_run_ends(run: subprocess.Popen, database: Path, run_date: str,
+                         seconds: float) -> None:
+    """Until the DAG run is finished in the metadata DB (or the command exits). Seen once:
+    ``airflow dags test --use-executor`` kept running after the run had finished, its
+    LocalExecutor workers not shutting down; the caller kills it then."""
+    deadline = time.monotonic() + seconds
+    sql = ("SELECT state FROM dag_run WHERE dag_id = 'rmq_nightly' AND logical_date LIKE ?")
+    while run.poll() is None and time.monotonic() < deadline:
+        if {row[0] for row in _query(database, sql, f"{run_date}%")} & {"success", "failed"}:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                run.wait(timeout=20)
+            return
+        time.sleep(1)
+
+
 def _query(database: Path, sql: str, *args: str) -> list[tuple]:
     import sqlite3
 
@@ -618,7 +635,7 @@ def killed(airflow, growing_store, tmp_path_factory):  # type: ignore[no-untyped
             assert victim is not None, (work / "run.log").read_text()[-3000:]
             time.sleep(3)  # let it get into its work (Spark starting)
             os.kill(victim, signal.SIGKILL)
-            run.wait(timeout=600)
+            _wait_until_run_ends(run, database, "2026-11-25", 600)
         finally:
             if run is not None and run.poll() is None:
                 os.killpg(run.pid, signal.SIGKILL)
