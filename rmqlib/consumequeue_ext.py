@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
@@ -200,6 +200,10 @@ class ExtQueue:
     topic: str
     queue_id: int
     decodes: list[CqxFileDecode]
+    units: dict[int, CqExtUnit] = field(init=False)  # by address, built once
+
+    def __post_init__(self) -> None:
+        self.units = {unit.address: unit for d in self.decodes for unit in d.units}
 
     def resolve(self, address: int) -> CqExtUnit:
         """The ext unit at ``address``; ExtAddressError if there is none (past the
@@ -207,7 +211,7 @@ class ExtQueue:
         offset = undecorate_ext_addr(address)
         for decode in self.decodes:
             if decode.start <= offset < decode.start + decode.account.size:
-                unit = decode.by_address().get(address)
+                unit = self.units.get(address)
                 if unit is None:
                     raise ExtAddressError(
                         f"no ext unit starts at ext offset {offset} (address {address})",
@@ -238,7 +242,12 @@ class ExtResolver:
 
     def queue_for(self, cq_file: str | Path, topic: str, queue_id: int) -> ExtQueue:
         cq_root = Path(cq_file).resolve().parent.parent.parent
-        directory = cq_root.parent / "consumequeue_ext" / topic / str(queue_id)
+        return self.queue_at(cq_root.parent / "consumequeue_ext" / topic / str(queue_id),
+                             topic, queue_id)
+
+    def queue_at(self, directory: Path, topic: str, queue_id: int) -> ExtQueue:
+        """The ext queue in ``directory``, decoded on first use only."""
+        directory = directory.resolve()
         if directory not in self._queues:
             self._queues[directory] = load_ext_queue(directory, topic, queue_id)
         return self._queues[directory]

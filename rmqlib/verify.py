@@ -55,7 +55,7 @@ from rmqlib.consumequeue import (
     segment_issues,
     walk_queue_tree,
 )
-from rmqlib.consumequeue_ext import ExtResolver, load_ext_queue
+from rmqlib.consumequeue_ext import ExtResolver
 from rmqlib.errors import StoreError
 from rmqlib.indexfile import INDEX_TAG_TYPE, IndexFile, list_index_files
 from rmqlib.inventory import Inventory, take_inventory
@@ -449,6 +449,7 @@ class QueueChecks:
     units_end: dict[tuple[str, int], int] = field(default_factory=dict)  # 1 + last resolved
     resolved: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     ext_used: dict[tuple[str, int], set[int]] = field(default_factory=dict)  # ext addresses
+    ext: ExtResolver = field(default_factory=ExtResolver)  # ext files, decoded once
     commitlog_min: int | None = None
 
     def resolved_up_to(self, key: tuple[str, int], end: int) -> None:
@@ -466,7 +467,6 @@ def _check_consume_queues(report: VerifyReport, facts: RecordFacts) -> QueueChec
     tree = walk_queue_tree(cq_root)
     for skipped in tree.skipped:
         report.add(WARNING, "consumequeue", skipped.path, None, skipped.reason)
-    ext = ExtResolver()
     for queue in tree.queues:
         try:
             decodes = decode_queue(queue)
@@ -482,7 +482,7 @@ def _check_consume_queues(report: VerifyReport, facts: RecordFacts) -> QueueChec
             report.account(decode.account)
             end = _check_units(report, decode, queue_range, facts, queues.resolved)
             queues.resolved_up_to(key, end)
-            _check_ext_units(report, decode, queue_range, facts, ext,
+            _check_ext_units(report, decode, queue_range, facts, queues.ext,
                              queues.ext_used.setdefault(key, set()))
     return queues
 
@@ -560,7 +560,7 @@ def _check_ext_files(report: VerifyReport, queues: QueueChecks) -> None:
         report.add(WARNING, "consumequeue-ext", skipped.path, None, skipped.reason)
     for queue in tree.queues:
         try:
-            ext_queue = load_ext_queue(queue.path, queue.topic, queue.queue_id)
+            ext_queue = queues.ext.queue_at(queue.path, queue.topic, queue.queue_id)
         except StoreError as error:
             report.add(ERROR, "consumequeue-ext", error.path, error.offset, error.reason)
             continue
