@@ -85,7 +85,7 @@ class OffsetNotFoundError(StoreError, LookupError):
 
 
 @dataclass(slots=True)
-class CommitLogRecord:
+class CommitLogRecord(props.PropertyAccess):
     """One MESSAGE record, every field as stored plus what can be derived from them.
 
     Treat it as read-only. (Not ``frozen``: a frozen dataclass's ``__init__`` sets each
@@ -157,18 +157,6 @@ class CommitLogRecord:
     @property
     def store_address(self) -> str:
         return _address(self.store_host, self.store_port)
-
-    @property
-    def tags(self) -> str | None:
-        return self.properties.get(props.TAGS)
-
-    @property
-    def keys(self) -> list[str]:
-        return props.split_keys(self.properties.get(props.KEYS))
-
-    @property
-    def uniq_key(self) -> str | None:
-        return self.properties.get(props.UNIQ_KEY)
 
     @property
     def offset_msg_id(self) -> str:

@@ -34,7 +34,7 @@ MEMBER_OVERHEAD = MEMBER_HEADER.size + PROPERTIES_LENGTH.size
 
 
 @dataclass(frozen=True, slots=True)
-class InnerMessage:
+class InnerMessage(props.PropertyAccess):
     """One member of an inner batch: what a consumer receives, minus the outer fields."""
 
     index: int              # position in the batch, 0-based
@@ -45,18 +45,6 @@ class InnerMessage:
     raw_properties: bytes
     properties: Mapping[str, str]
     queue_offset: int       # base queue offset + index
-
-    @property
-    def tags(self) -> str | None:
-        return self.properties.get(props.TAGS)
-
-    @property
-    def keys(self) -> list[str]:
-        return props.split_keys(self.properties.get(props.KEYS))
-
-    @property
-    def uniq_key(self) -> str | None:
-        return self.properties.get(props.UNIQ_KEY)
 
 
 def split_inner_batch(body: bytes, base_offset: int, *, expected: int | None = None,

@@ -16,6 +16,7 @@ map: on batch members it is glued onto the last value.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 NAME_VALUE_SEPARATOR = "\x01"
@@ -57,6 +58,26 @@ TRANSIENT_PREFIX = "__RMQ.TRANSIENT."
 CRC32_RESERVED_LEN = 20
 CRC32_TRAILER_PREFIX = b"__CRC32#\x01"
 CRC32_DIGITS = 10
+
+
+class PropertyAccess:
+    """``tags``, ``keys`` and ``uniq_key`` of anything with a parsed ``properties`` map:
+    a commitlog record and an inner-batch member read them the same way."""
+
+    __slots__ = ()
+    properties: Mapping[str, str]
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        return split_keys(self.properties.get(KEYS))
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(UNIQ_KEY)
 
 
 def parse_properties(raw: bytes | bytearray | memoryview) -> dict[str, str]:
