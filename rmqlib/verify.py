@@ -50,6 +50,7 @@ from rmqlib.commitlog_arrow import scan_segment_arrow
 from rmqlib.consumequeue import (
     CqFileDecode,
     QueueBounds,
+    QueueTree,
     decode_queue,
     queue_bounds,
     segment_issues,
@@ -549,15 +550,24 @@ def _check_ext_units(report: VerifyReport, decode: CqFileDecode, queue_range: Qu
                        f"{facts.tags_code[row]}")
 
 
+def _optional_queue_tree(report: VerifyReport, name: str, check: str) -> QueueTree | None:
+    """The queue tree under ``<store>/<name>`` (None when the store has none), its stray
+    entries reported as warnings."""
+    root = report.root / name
+    if not root.is_dir():
+        return None
+    tree = walk_queue_tree(root)
+    for skipped in tree.skipped:
+        report.add(WARNING, check, skipped.path, None, skipped.reason)
+    return tree
+
+
 def _check_ext_files(report: VerifyReport, queues: QueueChecks) -> None:
     """Every ext file's bytes are accounted for; ext units no consume-queue unit points
     at are counted per queue (a warning: retention removes CQ files before ext files)."""
-    root = report.root / "consumequeue_ext"
-    if not root.is_dir():
+    tree = _optional_queue_tree(report, "consumequeue_ext", "consumequeue-ext")
+    if tree is None:
         return
-    tree = walk_queue_tree(root)
-    for skipped in tree.skipped:
-        report.add(WARNING, "consumequeue-ext", skipped.path, None, skipped.reason)
     for queue in tree.queues:
         try:
             ext_queue = queues.ext.queue_at(queue.path, queue.topic, queue.queue_id)
@@ -581,12 +591,9 @@ def _check_batch_consume_queues(report: VerifyReport, facts: RecordFacts,
     """§4.5/§8.12 for ``batchconsumequeue/``: each unit names the record it claims (size,
     topic, queue, base offset = QUEUEOFFSET, batch size = INNER_NUM or 1, store time)
     and bases are contiguous."""
-    root = report.root / "batchconsumequeue"
-    if not root.is_dir():
+    tree = _optional_queue_tree(report, "batchconsumequeue", "batchconsumequeue")
+    if tree is None:
         return
-    tree = walk_queue_tree(root)
-    for skipped in tree.skipped:
-        report.add(WARNING, "batchconsumequeue", skipped.path, None, skipped.reason)
     for queue in tree.queues:
         key = (queue.topic, queue.queue_id)
         try:
