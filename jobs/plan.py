@@ -221,6 +221,7 @@ def _plan_index(plan: LoadPlan, by_key: dict[tuple, HighWaterMark]) -> None:
     directory = plan.store / INDEX
     if not directory.is_dir():
         return
+    # listing.unsized (0-byte files a killed broker left while rolling) hold no entries
     listing = list_index_files(directory)
     for path, error in listing.rejected:
         plan.unreadable_files.append((_rel(plan.store, path), path.stat().st_size,

@@ -684,10 +684,22 @@ class IndexFileInfo:
 
 @dataclass
 class IndexListing:
-    """Index files ordered by header timestamps, and the files that could not be opened."""
+    """Index files ordered by header timestamps, the files that could not be opened, and
+    the empty files a broker created but had not yet sized (:data:`UNSIZED_INDEX_REASON`)."""
 
     files: list[IndexFileInfo] = field(default_factory=list)
     rejected: list[tuple[Path, StoreError]] = field(default_factory=list)
+    unsized: list[Path] = field(default_factory=list)
+
+
+#: Why a 0-byte file in ``index/`` is a state, not damage. The broker creates a new index
+#: file by opening it (0 bytes) and then mapping it at full size (MappedFile.init); a broker
+#: killed between the two leaves it empty. On restart IndexService.load maps it full size
+#: (all zero) and IndexHeader.load raises its indexCount 0 to 1: an index with no entries,
+#: which the broker goes on filling. Seen on a killed 4.9.7 broker of the harness.
+UNSIZED_INDEX_REASON = ("index file of 0 bytes: created but not yet sized when the broker "
+                        "stopped (killed while rolling to a new index file); the broker "
+                        "maps it as an empty index on restart")
 
 
 def list_index_files(
@@ -696,7 +708,8 @@ def list_index_files(
     """Every regular file of ``index/``, ordered by (beginTimestamp, endTimestamp, name).
 
     Names come from the broker's local clock and are only hints (§5), so order by the
-    header. Files whose size or header is impossible are listed in ``rejected``.
+    header. Files whose size or header is impossible are listed in ``rejected``; 0-byte
+    files in ``unsized`` (no entries, see :data:`UNSIZED_INDEX_REASON`).
     """
     directory = Path(directory)
     if not directory.is_dir():
@@ -706,6 +719,9 @@ def list_index_files(
         if not entry.is_file():
             continue
         path = Path(entry.path)
+        if entry.stat().st_size == 0:
+            listing.unsized.append(path)
+            continue
         try:
             with IndexFile.open(path, hash_slot_num, index_num) as index:
                 listing.files.append(IndexFileInfo(path, index.header, index.geometry))

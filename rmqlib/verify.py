@@ -58,7 +58,12 @@ from rmqlib.consumequeue import (
 )
 from rmqlib.consumequeue_ext import ExtResolver
 from rmqlib.errors import StoreError
-from rmqlib.indexfile import INDEX_TAG_TYPE, IndexFile, list_index_files
+from rmqlib.indexfile import (
+    INDEX_TAG_TYPE,
+    UNSIZED_INDEX_REASON,
+    IndexFile,
+    list_index_files,
+)
 from rmqlib.inventory import Inventory, take_inventory
 from rmqlib.javahash import index_key_hashes, tags_code
 from rmqlib.properties import INNER_MULTI_DISPATCH, INNER_MULTI_QUEUE_OFFSET, INNER_NUM
@@ -179,6 +184,9 @@ def _load_index_entries(report: VerifyReport) -> IndexEntries:
     listing = list_index_files(index_dir) if index_dir.is_dir() else None
     for path, error in listing.rejected if listing else []:
         report.add(ERROR, "index", path, error.offset, error.reason)
+    for path in listing.unsized if listing else []:
+        report.account(FileAccount(str(path), 0).check())
+        report.add(WARNING, "index", path, None, UNSIZED_INDEX_REASON)
     for info in listing.files if listing else []:
         with IndexFile.open(info.path) as index:
             report.account(index.account())

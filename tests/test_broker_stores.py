@@ -259,6 +259,10 @@ def test_commitlog_spans_several_one_mib_files(any_variant: Variant):
 
 def test_index_files_roll_over(any_variant: Variant):
     files = sorted((any_variant.store / "index").iterdir())
+    if "killed" in any_variant.name and files[-1].stat().st_size == 0:
+        # killed while rolling: the new file was opened but not yet mapped to its size
+        # (rmqlib.indexfile.UNSIZED_INDEX_REASON); the one before it filled up
+        files = files[:-1]
     assert len(files) >= 3
     counts = []
     for f in files:

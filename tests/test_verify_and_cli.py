@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from rmqlib.commitlog import read_record_at
+from rmqlib.indexfile import UNSIZED_INDEX_REASON
 from rmqlib.inventory import FileKind, take_inventory
 from rmqlib.segments import list_segments
 from rmqlib.verify import verify_store
@@ -251,3 +252,29 @@ def test_index_entry_with_a_foreign_key_hash_is_reported(store_copy: Path) -> No
     report = verify_store(store_copy)
     assert any(f.check == "index-key" and f.offset == entry_number
                and f.path == str(index_path) for f in report.errors)
+
+
+def test_an_index_file_a_kill_left_unsized_is_a_warning_not_damage(
+        broker_stores: dict[str, Path], tmp_path: Path) -> None:
+    """A broker killed between opening a new index file and mapping it at full size leaves
+    a 0-byte file (seen on the harness's killed 4.9.7 broker); restarted, it maps the file
+    as an empty index. Verify says so, accounts its 0 bytes and raises no error, and the
+    load plan neither decodes nor quarantines it."""
+    from jobs.plan import plan_load
+
+    store = tmp_path / "store"
+    shutil.copytree(broker_stores["v4-killed"] / "store", store)
+    names = [p.name for p in (store / "index").iterdir() if p.stat().st_size > 0]
+    unsized = store / "index" / str(int(max(names)) + 1)
+    unsized.touch()
+    report = verify_store(store)
+    assert report.errors == []
+    assert [f.message for f in report.warnings if f.path == str(unsized)] == [
+        UNSIZED_INDEX_REASON]
+    assert [a.size for a in report.accounts if a.path == str(unsized)] == [0]
+    plan = plan_load(store, [])
+    assert unsized.name not in {Path(t.path).name for t in plan.index_tasks}
+    assert plan.unreadable_files == []
+    assert {Path(t.path).name for t in plan.index_tasks} == set(names)
+    result = rmq("verify", str(store))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr
