@@ -658,12 +658,38 @@ def unwrap_inner_batches(batch: pa.RecordBatch) -> pa.RecordBatch:
     body and queue offset (base + index), the rest from the record, as the client unwraps
     it. A record whose body does not split into members stays one row, with the reason
     in ``body_error``: nothing is dropped or guessed.
+
+    Only the inner-batch records go to Python (all at once); the ordinary rows stay in
+    Arrow, and one ``take`` puts every row in commitlog order.
     """
+    inner_rows = np.flatnonzero(batch.column("inner_batch").to_numpy(zero_copy_only=False))
+    plain = _as_plain_messages(batch)
+    if len(inner_rows) == 0:
+        return plain
+    expanded, rows_per_record = _members_of(batch.take(pa.array(inner_rows, pa.int64())))
+    # where each input row lands: an ordinary row keeps one slot, an inner record as many
+    # as it has members; the members sit after the n plain rows in the concatenation
+    inner_mask = np.zeros(batch.num_rows, bool)
+    inner_mask[inner_rows] = True
+    slots = np.ones(batch.num_rows, np.int64)
+    slots[inner_rows] = rows_per_record
+    order = np.repeat(np.arange(batch.num_rows, dtype=np.int64), slots)
+    is_member = np.repeat(inner_mask, slots)
+    order[is_member] = batch.num_rows + np.arange(int(is_member.sum()), dtype=np.int64)
+    return pa.concat_batches([plain, expanded]).take(pa.array(order, pa.int64()))
+
+
+def _as_plain_messages(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Records that are not inner batches: each is its own message (index 0, no batch)."""
     n = batch.num_rows
-    inner = batch.column("inner_batch").to_numpy(zero_copy_only=False)
-    if not inner.any():
-        return _with_member_columns(batch, np.zeros(n, np.int32), pa.nulls(n, pa.int32()),
-                                    pa.nulls(n, MEMBER_FIELDS[2].type))
+    return _with_member_columns(batch, np.zeros(n, np.int32), pa.nulls(n, pa.int32()),
+                                pa.nulls(n, MEMBER_FIELDS[2].type))
+
+
+def _members_of(records: pa.RecordBatch) -> tuple[pa.RecordBatch, list[int]]:
+    """The inner-batch ``records`` as their members, in order, and how many rows each
+    became: a record whose body does not split stays one row with the reason in
+    ``body_error``."""
     from rmqlib.innerbatch import inner_num, split_inner_batch
 
     take: list[int] = []
@@ -672,11 +698,12 @@ def unwrap_inner_batches(batch: pa.RecordBatch) -> pa.RecordBatch:
     count: list[int | None] = []
     outer: list[object] = []
     errors: list[object] = []
-    rows = batch.select([*_MEMBER_OWN, "body_error", "file_position", "file"]).to_pylist()
+    rows_per_record: list[int] = []
+    rows = records.select([*_MEMBER_OWN, "body_error", "file_position", "file"]).to_pylist()
     for i, row in enumerate(rows):
         members = None
         error = row["body_error"]
-        if inner[i] and row["body"] is not None:
+        if row["body"] is not None:
             try:
                 members = split_inner_batch(row["body"], row["queue_offset"],
                                             expected=inner_num(dict(row["properties"])),
@@ -691,6 +718,7 @@ def unwrap_inner_batches(batch: pa.RecordBatch) -> pa.RecordBatch:
             count.append(None)
             outer.append(None)
             errors.append(error)
+            rows_per_record.append(1)
             continue
         for member in members:
             take.append(i)
@@ -706,15 +734,20 @@ def unwrap_inner_batches(batch: pa.RecordBatch) -> pa.RecordBatch:
             count.append(len(members))
             outer.append(row["properties"])
             errors.append(error)
-    taken = batch.take(pa.array(take, pa.int64()))
-    columns = {name: pa.array(values, COMMITLOG_SCHEMA.field(name).type)
-               for name, values in own.items()}
-    columns["body_error"] = pa.array(errors, pa.string())
-    arrays = [columns.get(f.name, taken.column(f.name)) for f in COMMITLOG_SCHEMA]
-    expanded = pa.RecordBatch.from_arrays(arrays, schema=COMMITLOG_SCHEMA)
-    return _with_member_columns(expanded, np.array(index, np.int32),
-                                pa.array(count, pa.int32()),
-                                pa.array(outer, MEMBER_FIELDS[2].type))
+        rows_per_record.append(len(members))
+    own["body_error"] = errors
+    expanded = _replace_columns(records.take(pa.array(take, pa.int64())), own)
+    return (_with_member_columns(expanded, np.array(index, np.int32),
+                                 pa.array(count, pa.int32()),
+                                 pa.array(outer, MEMBER_FIELDS[2].type)),
+            rows_per_record)
+
+
+def _replace_columns(batch: pa.RecordBatch, values: dict[str, list[object]]) -> pa.RecordBatch:
+    """``batch`` (COMMITLOG_SCHEMA) with the named columns replaced by ``values``."""
+    arrays = [pa.array(values[f.name], f.type) if f.name in values else batch.column(f.name)
+              for f in COMMITLOG_SCHEMA]
+    return pa.RecordBatch.from_arrays(arrays, schema=COMMITLOG_SCHEMA)
 
 
 def _with_member_columns(batch: pa.RecordBatch, index: np.ndarray, count: pa.Array,

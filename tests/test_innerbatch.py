@@ -147,3 +147,50 @@ def test_a_broken_inner_batch_is_kept_and_reported(tmp_path):
                           str(directory)], capture_output=True, text=True)
     assert out.returncode == 1
     assert "inner batch not unwrapped" in out.stdout
+
+
+# one record of a mixed commitlog: ordinary, an inner batch of n members, or a broken one
+records = st.lists(st.one_of(st.just(("plain", 0)), st.tuples(st.just("inner"), st.integers(1, 5)),
+                             st.tuples(st.just("broken"), st.integers(2, 5))),
+                   min_size=1, max_size=12)
+
+
+@given(records, st.integers(1, 5))
+@settings(max_examples=60, deadline=None)
+def test_unwrap_keeps_commitlog_order_whatever_the_mix(tmp_path_factory, mix, chunk):
+    """Plain rows, members and unsplittable records come out in commitlog order with the
+    queue offsets the client gives them, however the records are mixed and batched."""
+    expected = []
+    writer = CommitLogWriter(256 * 1024, assign_queue_offsets=False)
+    base = 0
+    for number, (kind, members_n) in enumerate(mix):
+        if kind == "plain":
+            body = f"plain-{number}".encode()
+            writer.append(Message(topic="T", body=body, queue_offset=number,
+                                  properties=(("UNIQ_KEY", f"P{number}"),)))
+            expected.append((number, 0, None, body, None))
+            continue
+        bodies = [f"m-{number}-{j}".encode() for j in range(members_n)]
+        encoded = encode_inner_batch([(0, b, {"UNIQ_KEY": f"M{number}-{j}"})
+                                      for j, b in enumerate(bodies)])
+        if kind == "broken":
+            encoded = encoded[:-3]
+        writer.append(Message(topic="T", body=encoded, sysflag=INNER, queue_offset=base,
+                              properties=(("INNER_NUM", str(members_n)),
+                                          ("INNER_BASE", str(base)))))
+        if kind == "broken":
+            expected.append((base, 0, None, encoded, "inner batch not unwrapped"))
+        else:
+            expected += [(base + j, j, members_n, b, None) for j, b in enumerate(bodies)]
+        base += members_n
+    directory = tmp_path_factory.mktemp("mix") / "commitlog"
+    writer.write(directory)
+    table, _ = read_table(directory / f"{0:020d}")
+    whole = table.combine_chunks().to_batches()[0]
+    pieces = [unwrap_inner_batches(whole.slice(lo, chunk))
+              for lo in range(0, whole.num_rows, chunk)]
+    rows = pa.Table.from_batches(pieces, schema=MESSAGE_SCHEMA).to_pylist()
+    got = [(r["queue_offset"], r["inner_index"], r["inner_num"], r["body"],
+            r["body_error"] and r["body_error"][:len("inner batch not unwrapped")])
+           for r in rows]
+    assert got == expected
