@@ -21,7 +21,6 @@ position), but ``write_position`` records where the broker's recovery would stop
 
 from __future__ import annotations
 
-import itertools
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -535,31 +534,6 @@ def _add_queue(tree: QueueTree, topic: str, entry: os.DirEntry[str]) -> None:
             )
     segments.sort(key=lambda s: s.start)
     tree.queues.append(QueueDir(topic, int(entry.name), path, tuple(segments)))
-
-
-def segment_issues(
-    segments: Sequence[Segment], unit_size: int, file_size: int | None = None
-) -> list[str]:
-    """What the broker's ``MappedFileQueue.load/checkSelf`` would complain about.
-
-    Sizes must all equal the configured size (the first file's when not given) and be a
-    multiple of the unit; each file must start where the previous one ends.
-    """
-    issues: list[str] = []
-    if not segments:
-        return issues
-    expected = file_size if file_size is not None else segments[0].size
-    for seg in segments:
-        if seg.size != expected:
-            issues.append(f"{seg.path.name}: size {seg.size} != file size {expected}")
-        if seg.start % unit_size:
-            issues.append(f"{seg.path.name}: start {seg.start} not a multiple of {unit_size}")
-    for prev, nxt in itertools.pairwise(segments):
-        if nxt.start != prev.start + expected:
-            issues.append(
-                f"{nxt.path.name}: starts at {nxt.start}, expected {prev.start + expected}"
-            )
-    return issues
 
 
 # --------------------------------------------------------------------------- min / max

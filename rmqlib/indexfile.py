@@ -303,6 +303,8 @@ class IndexFile:
         if not path.is_file():
             raise NotAStoreFileError("index file does not exist or is not a file", path=path)
         size = path.stat().st_size
+        if size == 0:
+            raise NotAStoreFileError(UNSIZED_INDEX_REASON, path=path)
         if size < INDEX_HEADER_SIZE:
             raise NotAStoreFileError(f"index file of {size} bytes has no header", path=path)
         geometry = IndexGeometry.infer(size, hash_slot_num, index_num, path=path)

@@ -8,8 +8,10 @@ directories once, so each format module only decodes bytes.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,3 +66,45 @@ def list_segments(directory: str | Path | list[str | Path]) -> list[Segment]:
 def segment_name(start: int) -> str:
     """The file name the broker gives the segment starting at ``start``."""
     return f"{start:020d}"
+
+
+#: Why a 0-byte last file of a mapped-file queue is a state, not damage: the broker creates
+#: a new file by opening it (0 bytes) and then mapping it at full size (MappedFile.init); a
+#: broker killed between the two leaves it empty. It holds nothing. On start a 5.1.3+
+#: broker deletes it; an older one refuses to load the queue (spec §1.1, MFQ.doLoad).
+UNSIZED_FILE_REASON = ("last file of 0 bytes: created but not yet sized when the broker "
+                       "stopped (killed while rolling to a new file); it holds nothing. A "
+                       "5.1.3+ broker deletes it on start, an older one does not start until "
+                       "it is removed")
+
+
+def unsized_last_file(segments: Sequence[Segment]) -> Segment | None:
+    """The queue's last file when it has 0 bytes (see :data:`UNSIZED_FILE_REASON`)."""
+    return segments[-1] if segments and segments[-1].size == 0 else None
+
+
+def segment_issues(segments: Sequence[Segment], unit_size: int = 1,
+                   file_size: int | None = None) -> list[str]:
+    """What the broker's ``MappedFileQueue.load/checkSelf`` would complain about.
+
+    Sizes must all equal the configured size (the first file's when not given) and be a
+    multiple of the unit; each file must start where the previous one ends. A 0-byte last
+    file is left to :func:`unsized_last_file`.
+    """
+    if unsized_last_file(segments):
+        segments = segments[:-1]
+    issues: list[str] = []
+    if not segments:
+        return issues
+    expected = file_size if file_size is not None else segments[0].size
+    for seg in segments:
+        if seg.size != expected:
+            issues.append(f"{seg.path.name}: size {seg.size} != file size {expected}")
+        if seg.start % unit_size:
+            issues.append(f"{seg.path.name}: start {seg.start} not a multiple of {unit_size}")
+    for prev, nxt in itertools.pairwise(segments):
+        if nxt.start != prev.start + expected:
+            issues.append(
+                f"{nxt.path.name}: starts at {nxt.start}, expected {prev.start + expected}"
+            )
+    return issues

@@ -390,25 +390,6 @@ def iter_record_batches(path: str | Path) -> Iterator[pa.RecordBatch]:
         yield decode_timerlog_file(seg.path).to_record_batch()
 
 
-def timerlog_naming_issues(segments: Sequence[Segment],
-                           file_size: int | None = None) -> list[str]:
-    """What ``MappedFileQueue.load/checkSelf`` would complain about: every file the
-    configured size (the first file's when not given), each starting where the last ends."""
-    issues: list[str] = []
-    if not segments:
-        return issues
-    expected = file_size if file_size is not None else segments[0].size
-    previous: Segment | None = None
-    for seg in segments:
-        if seg.size != expected:
-            issues.append(f"{seg.path.name}: size {seg.size} != file size {expected}")
-        if previous is not None and seg.start != previous.start + expected:
-            issues.append(f"{seg.path.name}: starts at {seg.start}, expected "
-                          f"{previous.start + expected}")
-        previous = seg
-    return issues
-
-
 def recovery_end(decodes: Sequence[TimerLogFileDecode], flush_pos: int) -> int:
     """Global position where the broker's timer log recovery stops (and truncates).
 

@@ -54,6 +54,7 @@ from rmqlib.checkpoint import TimerCheckpoint, read_timercheck
 from rmqlib.errors import StoreError
 from rmqlib.javahash import java_string_hash
 from rmqlib.properties import REAL_TOPIC, TIMER_OUT_MS, UNIQ_KEY
+from rmqlib.segments import UNSIZED_FILE_REASON, segment_issues, unsized_last_file
 from rmqlib.timerlog import (
     MAGIC_DEFAULT,
     NO_PREV_POS,
@@ -67,7 +68,6 @@ from rmqlib.timerlog import (
     recovery_end,
     timerlog_columns,
     timerlog_dir,
-    timerlog_naming_issues,
 )
 from rmqlib.timerwheel import (
     DEFAULT_PRECISION_MS,
@@ -275,6 +275,7 @@ class TimerStore:
     wheel: TimerWheelDecode | None = None
     checkpoint: TimerCheckpoint | None = None
     log_issues: list[str] = field(default_factory=list)
+    unsized_log_file: Path | None = None  # a 0-byte last timer log file (a kill)
     errors: list[StoreError] = field(default_factory=list)  # files that could not be read
 
     @property
@@ -313,7 +314,9 @@ def read_timer_store(root: str | Path, *, precision_ms: int = DEFAULT_PRECISION_
     store = TimerStore(root)
     if (root / TIMERLOG_DIR).is_dir():
         segments = list_timerlog(root)
-        store.log_issues = timerlog_naming_issues(segments)
+        store.log_issues = segment_issues(segments)
+        unsized = unsized_last_file(segments)
+        store.unsized_log_file = unsized.path if unsized else None
         for seg in segments:
             try:
                 store.log.append(decode_timerlog_file(seg.path))
@@ -363,6 +366,9 @@ def check_timer_store(store: TimerStore, *, properties_of: PropertiesOf | None =
     directory = str(timerlog_dir(store.root))
     for issue in store.log_issues:
         findings.append(TimerFinding(ERROR, "timerlog_files", directory, None, issue))
+    if store.unsized_log_file is not None:
+        findings.append(TimerFinding(WARNING, "timerlog_files", str(store.unsized_log_file),
+                                     None, UNSIZED_FILE_REASON))
     columns = timerlog_columns(store.log)
     precision = store.wheel.precision_ms if store.wheel else DEFAULT_PRECISION_MS
     findings.extend(_unit_findings(columns, precision))

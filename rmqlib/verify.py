@@ -28,6 +28,7 @@ few numeric columns per record (about 30 bytes) are kept for the consume-queue c
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,7 +54,6 @@ from rmqlib.consumequeue import (
     QueueTree,
     decode_queue,
     queue_bounds,
-    segment_issues,
     walk_queue_tree,
 )
 from rmqlib.consumequeue_ext import ExtResolver
@@ -67,7 +67,13 @@ from rmqlib.indexfile import (
 from rmqlib.inventory import Inventory, take_inventory
 from rmqlib.javahash import index_key_hashes, tags_code
 from rmqlib.properties import INNER_MULTI_DISPATCH, INNER_MULTI_QUEUE_OFFSET, INNER_NUM
-from rmqlib.segments import list_segments
+from rmqlib.segments import (
+    UNSIZED_FILE_REASON,
+    Segment,
+    list_segments,
+    segment_issues,
+    unsized_last_file,
+)
 from rmqlib.timers import check_timer_store, commitlog_properties, read_timer_store
 
 ERROR = "error"
@@ -209,6 +215,13 @@ def _load_index_entries(report: VerifyReport) -> IndexEntries:
 
 def _concat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
     return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype=dtype)
+
+
+def _warn_unsized(report: VerifyReport, check: str, segments: Sequence[Segment]) -> None:
+    """A 0-byte last file a kill left while the broker rolled to a new file: a warning."""
+    unsized = unsized_last_file(segments)
+    if unsized is not None:
+        report.add(WARNING, check, unsized.path, None, UNSIZED_FILE_REASON)
 
 
 # --------------------------------------------------------------------------- commitlog
@@ -425,6 +438,7 @@ def _check_commitlog(report: VerifyReport, entries: IndexEntries,
                            f"the write position, the logical end): {gap.reason}")
     for issue in naming_issues(segments) + tail_issues(results, last_end):
         report.add(ERROR, "commitlog", issue.path, issue.offset, issue.reason)
+    _warn_unsized(report, "commitlog", segments)
     report.counts["commitlog_end"] = last_end or 0
     return checker.facts()
 
@@ -484,6 +498,7 @@ def _check_consume_queues(report: VerifyReport, facts: RecordFacts) -> QueueChec
             continue
         for issue in segment_issues(list(queue.segments), 20):
             report.add(ERROR, "consumequeue", queue.path, None, issue)
+        _warn_unsized(report, "consumequeue", queue.segments)
         queue_range = queue_bounds(decodes, queues.commitlog_min)
         key = (queue.topic, queue.queue_id)
         queues.bounds[key] = queue_range
@@ -612,6 +627,7 @@ def _check_batch_consume_queues(report: VerifyReport, facts: RecordFacts,
             continue
         for issue in segment_issues(list(queue.segments), BCQ_UNIT_SIZE):
             report.add(ERROR, "batchconsumequeue", queue.path, None, issue)
+        _warn_unsized(report, "batchconsumequeue", queue.segments)
         for decode in decodes:
             report.account(decode.account)
         for index, want, got in base_offset_gaps(decodes):

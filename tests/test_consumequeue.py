@@ -23,12 +23,11 @@ from rmqlib.consumequeue import (
     is_ext_addr,
     iter_record_batches,
     queue_bounds,
-    segment_issues,
     undecorate_ext_addr,
     walk_queue_tree,
 )
 from rmqlib.errors import NotAStoreFileError
-from rmqlib.segments import Segment, segment_name
+from rmqlib.segments import Segment, segment_issues, segment_name, unsized_last_file
 
 I64 = st.integers(-(2**63), 2**63 - 1)
 VALID_UNIT = st.tuples(
@@ -235,6 +234,15 @@ def test_segment_issues() -> None:
     assert any("size 90" in i for i in issues)
     assert any("expected 200" in i for i in issues)
     assert segment_issues(segs[:2], CQ_UNIT_SIZE) == []
+    # a 0-byte last file (a kill while rolling) is not a size issue but a state of its own
+    rolled = [*segs[:2], Segment(Path(segment_name(200)), 200, 0)]
+    assert segment_issues(rolled, CQ_UNIT_SIZE) == []
+    assert unsized_last_file(rolled) == rolled[-1]
+    assert unsized_last_file(segs) is None
+    # anywhere else a 0-byte file is a size issue
+    first_empty = [Segment(Path(segment_name(0)), 0, 0), *segs[1:2]]
+    assert segment_issues(first_empty, CQ_UNIT_SIZE, file_size=100) == [
+        f"{segment_name(0)}: size 0 != file size 100"]
 
 
 def test_iter_record_batches(tmp_path: Path) -> None:

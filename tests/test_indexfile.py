@@ -175,8 +175,11 @@ def test_short_or_missing_files(tmp_path: Path) -> None:
     with pytest.raises(NotAStoreFileError):
         IndexFile.open(tmp_path / "missing")
     (tmp_path / "empty").write_bytes(b"")
-    with pytest.raises(NotAStoreFileError):
-        IndexFile.open(tmp_path / "empty")
+    with pytest.raises(NotAStoreFileError, match="created but not yet sized"):
+        IndexFile.open(tmp_path / "empty")  # a kill while rolling: says so, not "corrupt"
+    (tmp_path / "short").write_bytes(b"\x01" * 10)
+    with pytest.raises(NotAStoreFileError, match="of 10 bytes has no header"):
+        IndexFile.open(tmp_path / "short")
 
 
 # --------------------------------------------------------------------------- corruption

@@ -27,7 +27,7 @@ from rmqlib.errors import NotAStoreFileError
 from rmqlib.inventory import FileKind, classify, take_inventory
 from rmqlib.javahash import java_string_hash
 from rmqlib.msgid import decode_offset_msg_id
-from rmqlib.segments import segment_name
+from rmqlib.segments import segment_issues, segment_name
 from rmqlib.timerlog import (
     MAGIC_DEFAULT,
     MAGIC_DELETE,
@@ -42,7 +42,6 @@ from rmqlib.timerlog import (
     iter_record_batches,
     list_timerlog,
     recovery_end,
-    timerlog_naming_issues,
 )
 from rmqlib.timers import (
     TIMER_DEL_UNIQKEY,
@@ -256,7 +255,7 @@ def test_files_in_a_directory_and_typed_errors(tmp_path: Path) -> None:
     decodes = decode_timerlog(tmp_path)
     assert [d.start for d in decodes] == [0, 200]
     assert [u.position for d in decodes for u in d.units()] == [0, 200]
-    assert timerlog_naming_issues(list_timerlog(directory)) == []
+    assert segment_issues(list_timerlog(directory)) == []
     assert sum(b.num_rows for b in iter_record_batches(directory)) == 2
     assert recovery_end(decodes, 0) == 252  # past the blank, on to the zero tail
     with pytest.raises(NotAStoreFileError):
