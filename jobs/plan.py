@@ -136,7 +136,7 @@ def _plan_commitlog(plan: LoadPlan, mark: HighWaterMark | None, split_bytes: int
     if not segments:
         return
     plan.commitlog_min_offset = segments[0].start
-    plan.commitlog_tail_file = _rel(plan.store, segments[-1].path)
+    plan.commitlog_tail_file = _rel(plan.store, _written_segment(segments).path)
     if mark is not None:
         _check_not_backwards(plan.store, segments, mark)
     start_from = hwm or 0
@@ -154,6 +154,20 @@ def _plan_commitlog(plan: LoadPlan, mark: HighWaterMark | None, split_bytes: int
                 plan.commitlog_tasks.append(Task(
                     f"{rel}@{begin + lo}", COMMITLOG, str(seg.path), rel, begin + lo,
                     begin + hi))
+
+
+def _written_segment(segments: list[Segment]) -> Segment:
+    """The segment the broker was writing to: the last one holding a record.
+
+    A live broker's store ends with the next file already created, all zeros
+    (AllocateMappedFileService), and a kill can leave a 0-byte one; neither holds the
+    newest record. Records tile every file from position 0, so a file whose first record
+    length (its first 4 bytes) is zero has not been written yet.
+    """
+    for seg in reversed(segments):
+        if seg.size >= 4 and has_nonzero_after(seg.path, 0, stop=4):
+            return seg
+    return segments[-1]
 
 
 def _check_not_backwards(store: Path, segments: list[Segment], mark: HighWaterMark) -> None:

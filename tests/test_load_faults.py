@@ -22,7 +22,7 @@ from jobs import tables as T
 from jobs.plan import StoreWentBackwardsError
 from jobs.tables import Registry
 from rmqlib.commitlog import scan_segment
-from rmqlib.segments import list_segments
+from rmqlib.segments import list_segments, segment_name
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]
 REPO = Path(__file__).resolve().parent.parent
@@ -160,13 +160,22 @@ def _cut_last_byte(record, data: bytes) -> int:  # type: ignore[no-untyped-def]
 # (A cut inside the header breaks the frame itself: rmqlib's walker reports a torn tail,
 # tested in test_commitlog.py and test_commitlog_ranges.py; the load quarantines what the
 # walker reports, test_quarantine_holds_exactly_the_unreadable_regions.)
-@pytest.mark.parametrize("cut", [_cut_in_body, _cut_last_byte], ids=["body", "last-byte"])
-def test_torn_tail_is_read_again_by_the_next_snapshot(spark, broker_stores, tmp_path, cut):  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(("cut", "next_file"), [
+    (_cut_in_body, None), (_cut_last_byte, None), (_cut_in_body, "preallocated"),
+    (_cut_last_byte, "unsized")], ids=["body", "last-byte", "body-preallocated",
+                                       "last-byte-unsized"])
+def test_torn_tail_is_read_again_by_the_next_snapshot(spark, broker_stores, tmp_path, cut,
+                                                      next_file):  # type: ignore[no-untyped-def]
     """Snapshot 1 ends inside a record (a copy taken while the broker wrote); snapshot 2
-    has the whole record: the high-water mark stopped before the torn bytes."""
+    has the whole record: the high-water mark stopped before the torn bytes. A live
+    broker's copy also holds the next file, created ahead all zeros, or a 0-byte one when
+    the broker was killed creating it: the torn record is still the tail."""
     full = copy_store(broker_stores["v5-clean"] / "store", tmp_path / "full")
     torn = copy_store(full, tmp_path / "torn")
     last = list_segments(torn / "commitlog")
+    if next_file is not None:
+        ahead = torn / "commitlog" / segment_name(last[-1].start + last[-1].size)
+        ahead.write_bytes(b"\0" * last[-1].size if next_file == "preallocated" else b"")
     records = [r for seg in last for r in scan_segment(seg.path)]
     victim = records[-1]
     assert victim.body, "the last record of the store has a body"

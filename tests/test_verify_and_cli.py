@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from rmqlib.commitlog import read_record_at
+from rmqlib.commitlog import read_record_at, scan_segment
 from rmqlib.indexfile import UNSIZED_INDEX_REASON
 from rmqlib.inventory import FileKind, take_inventory
-from rmqlib.segments import list_segments
+from rmqlib.segments import UNSIZED_FILE_REASON, list_segments, segment_name
 from rmqlib.verify import verify_store
 
 pytestmark = pytest.mark.broker
@@ -254,27 +254,44 @@ def test_index_entry_with_a_foreign_key_hash_is_reported(store_copy: Path) -> No
                and f.path == str(index_path) for f in report.errors)
 
 
-def test_an_index_file_a_kill_left_unsized_is_a_warning_not_damage(
+def test_files_a_kill_left_unsized_are_warnings_not_damage(
         broker_stores: dict[str, Path], tmp_path: Path) -> None:
-    """A broker killed between opening a new index file and mapping it at full size leaves
-    a 0-byte file (seen on the harness's killed 4.9.7 broker); restarted, it maps the file
-    as an empty index. Verify says so, accounts its 0 bytes and raises no error, and the
-    load plan neither decodes nor quarantines it."""
+    """A broker killed between opening a new file and mapping it at full size leaves a
+    0-byte file: an index file (seen on the harness's killed 4.9.7 broker), or the last
+    file of the commitlog or of a consume queue. Each holds nothing: verify warns with the
+    reason, accounts 0 bytes and raises no error, and the load plan neither decodes nor
+    quarantines them."""
     from jobs.plan import plan_load
 
     store = tmp_path / "store"
     shutil.copytree(broker_stores["v4-killed"] / "store", store)
     names = [p.name for p in (store / "index").iterdir() if p.stat().st_size > 0]
-    unsized = store / "index" / str(int(max(names)) + 1)
-    unsized.touch()
+    unsized_index = store / "index" / str(int(max(names)) + 1)
+    unsized_index.touch()
+    segments = list_segments(store / "commitlog")
+    unsized_log = store / "commitlog" / segment_name(segments[-1].end)
+    unsized_log.touch()
+    queue = store / "consumequeue" / "TopicNormal" / "0"
+    queue_files = sorted(queue.iterdir())
+    queue_file_size = queue_files[0].stat().st_size
+    unsized_queue_file = queue / segment_name(int(queue_files[-1].name) + queue_file_size)
+    unsized_queue_file.touch()
+
     report = verify_store(store)
     assert report.errors == []
-    assert [f.message for f in report.warnings if f.path == str(unsized)] == [
-        UNSIZED_INDEX_REASON]
-    assert [a.size for a in report.accounts if a.path == str(unsized)] == [0]
+    assert {(f.path, f.message) for f in report.warnings if "0 bytes" in f.message} == {
+        (str(unsized_index), UNSIZED_INDEX_REASON), (str(unsized_log), UNSIZED_FILE_REASON),
+        (str(unsized_queue_file), UNSIZED_FILE_REASON)}
+    assert [a.size for a in report.accounts if a.path == str(unsized_index)] == [0]
     plan = plan_load(store, [])
-    assert unsized.name not in {Path(t.path).name for t in plan.index_tasks}
-    assert plan.unreadable_files == []
+    planned = {Path(t.path) for t in plan.tasks}
+    assert not planned & {unsized_index, unsized_log, unsized_queue_file}
     assert {Path(t.path).name for t in plan.index_tasks} == set(names)
+    assert plan.unreadable_files == [] and plan.skipped_queues == []
+    # the killed broker had created the next commitlog file ahead, all zeros: the tail the
+    # load watches for a torn record is the file holding the newest record
+    written = [seg for seg in segments if any(True for _ in scan_segment(seg.path))]
+    assert written[-1] != segments[-1]
+    assert plan.commitlog_tail_file == f"commitlog/{written[-1].path.name}"
     result = rmq("verify", str(store))
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr
