@@ -4,7 +4,7 @@ order, what it may reuse from the previous snapshot, and where a file's data end
 The facts (spec §1.1, §2.2, §4.2, §5):
 
 * Mapped-file queues (commitlog, consume queues and their ext/batch variants, index
-  files) are written from the start of each file onwards; the rest of the file is
+  files, the timer log) are written from the start of each file onwards; the rest of the file is
   preallocated zeros. Bytes once written never change, except the newest record a writer
   is still copying in (a hot copy can catch it half-written).
 * A file of such a queue is *finished* once a later file of the same queue has data: the
@@ -13,9 +13,9 @@ The facts (spec §1.1, §2.2, §4.2, §5):
   newest file by name is not necessarily the one being written.
 * Inside data, runs of zeros are short: a commitlog record's header is never all zero and
   a body is at most ``maxMessageSize`` (4 MiB by default); a consume-queue unit always has
-  a non-zero size (fillers included). A zero run longer than that is the preallocated
-  tail. Index files are different: their hash slots fill in any order, so they have no
-  zero tail to find and are copied whole.
+  a non-zero size (fillers included), a timer log unit its size field. A zero run longer
+  than that is the preallocated tail. Index files are different: their hash slots fill in
+  any order, so they have no zero tail to find and are copied whole.
 * Copy order keeps a hot snapshot consistent for the checks: config first (consumer
   offsets then never point past what the queues hold), then queues and index (every unit
   then points at commitlog bytes that exist by the time those are copied), then the
@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 from rmqlib.inventory import FileKind
+from rmqlib.timerlog import TL_UNIT_SIZE
 
 MIB = 2**20
 # Longer than any zero run inside commitlog data: the broker's default maxMessageSize is
@@ -79,11 +80,16 @@ GROWTH: dict[FileKind, Growth] = {
     FileKind.INDEX: Growth(CopyPhase.QUEUES_AND_INDEX, append_only=True, head=40),
     FileKind.COMMITLOG: Growth(CopyPhase.COMMITLOG, append_only=True, zero_run=COMMITLOG_ZERO_RUN,
                                records=True, head=8),
+    # Timer log (§6.4): 52-byte units from the start of each file, each opening with its
+    # size (52); a finished file ends with a 16-byte blank. Units point into the commitlog
+    # like queue units, so it is copied with the queues.
+    FileKind.TIMER_LOG: Growth(CopyPhase.QUEUES_AND_INDEX, unit=TL_UNIT_SIZE, head=4,
+                               **_QUEUE),
     FileKind.CHECKPOINT: Growth(CopyPhase.CHECKPOINT),
     FileKind.ABORT: Growth(CopyPhase.MARKERS),
     FileKind.LOCK: Growth(CopyPhase.MARKERS),
 }
-# Everything else (RocksDB, timer wheel and log, compaction, HA state, unknown files) is
+# Everything else (RocksDB, timer wheel, compaction, HA state, unknown files) is
 # copied whole with the queues, before the commitlog its offsets may point into.
 OTHER = Growth(CopyPhase.QUEUES_AND_INDEX)
 

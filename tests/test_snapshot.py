@@ -30,6 +30,7 @@ from jobs.snapshot import (
     verify_snapshot,
 )
 from jobs.store_source import LocalSource, SftpSource, SourceError
+from rmqlib.timerlog import TL_UNIT_SIZE
 
 IDS = ("2026-11-20T0200Z", "2026-11-21T0200Z", "2026-11-22T0200Z")
 
@@ -196,6 +197,37 @@ def test_a_missing_store_is_a_clear_error(tmp_path):  # type: ignore[no-untyped-
 
 
 SEGMENT = "commitlog/00000000000000000000"
+
+
+@pytest.mark.broker
+def test_a_growing_timer_log_is_read_from_its_last_page_not_whole(features_store, tmp_path):  # type: ignore[no-untyped-def]
+    """Timer log files grow like queue files (52-byte units from the start, zeros after,
+    spec §6.4): a later snapshot reuses what the previous one held and reads the broker
+    only from a page below its data end, instead of copying the file whole."""
+    source = tmp_path / "broker"
+    shutil.copytree(features_store / "store", source)
+    log = source / "timerlog" / f"{0:020d}"
+    original = log.read_bytes()
+    held = -(-len(original.rstrip(b"\0")) // TL_UNIT_SIZE) * TL_UNIT_SIZE
+    units = original[:held]  # the real broker's units, repeated to grow the file
+
+    def write_log(copies: int) -> bytes:
+        content = (units * copies).ljust(len(original), b"\0")
+        log.write_bytes(content)
+        return content
+
+    write_log(6)
+    first = take_snapshot(LocalSource(source), tmp_path / "snap", "b", IDS[0])
+    grown = write_log(12)
+    second = take_snapshot(LocalSource(source), tmp_path / "snap", "b", IDS[1])
+    before = next(f for f in first.files if f.kind == "timer_log")
+    after = next(f for f in second.files if f.kind == "timer_log")
+    assert before.data_length == 6 * held and after.data_length == 12 * held
+    assert before.resume_at == (6 * held - 4096) // TL_UNIT_SIZE * TL_UNIT_SIZE > 0
+    assert (after.how, after.reused) == ("grown", before.resume_at)
+    # read: the new units, then zeros only until a zero run longer than any inside data
+    assert after.data_length - after.reused <= after.from_broker < after.size // 4
+    assert (snapshot_store(tmp_path / "snap", "b", IDS[1]) / after.path).read_bytes() == grown
 
 
 @settings(max_examples=40, deadline=None,
