@@ -23,7 +23,9 @@ from rmqlib.commitlog import read_record_at, split_ranges
 from rmqlib.consumequeue import CQ_UNIT_SIZE, QueueDir, walk_queue_tree
 from rmqlib.errors import StoreError
 from rmqlib.fileio import has_nonzero_after
+from rmqlib.growth import growth_of
 from rmqlib.indexfile import list_index_files
+from rmqlib.inventory import FileKind
 from rmqlib.segments import Segment, list_segments
 
 DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
@@ -161,11 +163,13 @@ def _written_segment(segments: list[Segment]) -> Segment:
 
     A live broker's store ends with the next file already created, all zeros
     (AllocateMappedFileService), and a kill can leave a 0-byte one; neither holds the
-    newest record. Records tile every file from position 0, so a file whose first record
-    length (its first 4 bytes) is zero has not been written yet.
+    newest record. Records tile every file from position 0, so a file whose head (first
+    record's length and magic, as the snapshot copier reads it) is zero has not been
+    written yet.
     """
+    head = growth_of(FileKind.COMMITLOG).head
     for seg in reversed(segments):
-        if seg.size >= 4 and has_nonzero_after(seg.path, 0, stop=4):
+        if seg.size >= head and has_nonzero_after(seg.path, 0, stop=head):
             return seg
     return segments[-1]
 

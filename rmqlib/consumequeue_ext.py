@@ -203,7 +203,8 @@ class ExtQueue:
     units: dict[int, CqExtUnit] = field(init=False)  # by address, built once
 
     def __post_init__(self) -> None:
-        self.units = {unit.address: unit for d in self.decodes for unit in d.units}
+        self.units = {address: unit for d in self.decodes
+                      for address, unit in d.by_address().items()}
 
     def resolve(self, address: int) -> CqExtUnit:
         """The ext unit at ``address``; ExtAddressError if there is none (past the
