@@ -41,7 +41,7 @@ $(INSTALLED): requirements.lock pyproject.toml | check-tools
 	touch $@
 
 jars: $(INSTALLED)
-	$(PY) -m jobs.jars >/dev/null
+	$(PY) -m jobs.lakehouse.jars >/dev/null
 
 ## stores: real RocketMQ broker stores + ground truth in .cache/stores (built once, three at
 ## a time): the four main variants, v5-growing (hot snapshots of one running broker) and

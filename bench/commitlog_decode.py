@@ -6,8 +6,8 @@ encoder, then measures side by side, each mode in a fresh subprocess so its peak
 
   naive    bench/naive_commitlog.py: f.read + struct.unpack per field (seed blog style)
   raw      reading the files' bytes into memory, one split-sized buffer (upper bound)
-  records  rmqlib.commitlog.scan_segment per split: every field, body + property CRCs
-  arrow    rmqlib.commitlog_arrow.scan_segment_arrow per split: full-schema batches, CRCs
+  records  rmqlib.commitlog.records.scan_segment per split: every field, body + property CRCs
+  arrow    rmqlib.commitlog.arrow.scan_segment_arrow per split: full-schema batches, CRCs
   arrow-whole   the same with one split per file, to show memory does not follow the range
   arrow-nocrc   arrow with verify_crc=False (informational: what CRC verification costs)
 
@@ -143,8 +143,8 @@ def segment_files(directory: Path) -> list[Path]:
 
 def run_mode(mode: str, directory: Path, split: int) -> dict[str, object]:
     """Run one mode in this process; returns counts, seconds and peak RSS."""
-    from rmqlib.commitlog import scan_segment, split_ranges
-    from rmqlib.commitlog_arrow import scan_segment_arrow
+    from rmqlib.commitlog.arrow import scan_segment_arrow
+    from rmqlib.commitlog.records import scan_segment, split_ranges
 
     files = segment_files(directory)
     records = crc_failures = 0

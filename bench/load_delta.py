@@ -6,7 +6,7 @@ bench/commitlog_decode.py's generator, store times crossing UTC day boundaries) 
 same rows already decoded as Parquet (untimed preparation), then measures, each mode in
 a fresh subprocess, interleaved, ``--repeat`` times:
 
-  load          jobs.load.load_snapshot into a fresh warehouse on local[2]
+  load          jobs.load.job.load_snapshot into a fresh warehouse on local[2]
   noop-rerun    in a new session on that warehouse: the same snapshot id again (skipped)
                 and a new snapshot id of the unchanged store (plans nothing)
   load-local1   the load on local[1]
@@ -107,9 +107,9 @@ def prepare_parquet(base: Path, split: int, expected: int) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from jobs.contracts import load_contract
-    from jobs.decode_tasks import DecodeContext, run_task
-    from jobs.plan import plan_load
+    from jobs.lakehouse.contracts import load_contract
+    from jobs.load.decode_tasks import DecodeContext, run_task
+    from jobs.load.plan import plan_load
 
     out = base / "parquet"
     marker = out / "_DONE.json"  # '_' : Spark and pyarrow datasets skip it
@@ -336,7 +336,7 @@ def split_variant(mode: str) -> tuple[str, dict]:
 
 def create_messages_table(spark, name: str, location: str, variant: dict) -> None:  # type: ignore[no-untyped-def]
     """The messages table from its contract, with a variant's layout changes."""
-    from jobs.contracts import load_contract
+    from jobs.lakehouse.contracts import load_contract
 
     contract = load_contract("messages")
     if variant.get("partitioned") is False:
@@ -350,7 +350,7 @@ def create_messages_table(spark, name: str, location: str, variant: dict) -> Non
 
 
 def spark_child(mode: str, args: argparse.Namespace) -> dict[str, object]:
-    from jobs.spark_session import build_spark_session
+    from jobs.lakehouse.spark_session import build_spark_session
 
     base, variant = split_variant(mode)
     work = Path(args.work)
@@ -396,9 +396,9 @@ def _timed(monitor: TreeMonitor, work) -> dict[str, object]:  # type: ignore[no-
 
 
 def _load(spark, base, variant, work, args, monitor):  # type: ignore[no-untyped-def]
-    from jobs import tables as T
-    from jobs.load import LoadOptions, load_snapshot
-    from jobs.tables import Registry
+    from jobs.lakehouse import tables as T
+    from jobs.lakehouse.tables import Registry
+    from jobs.load.job import LoadOptions, load_snapshot
 
     warehouse = work / "warehouse"
     clock = time.perf_counter()
@@ -431,9 +431,9 @@ def _load(spark, base, variant, work, args, monitor):  # type: ignore[no-untyped
 
 
 def _noop_rerun(spark, base, variant, work, args, monitor):  # type: ignore[no-untyped-def]
-    from jobs import tables as T
-    from jobs.load import load_snapshot
-    from jobs.tables import Registry
+    from jobs.lakehouse import tables as T
+    from jobs.lakehouse.tables import Registry
+    from jobs.load.job import load_snapshot
 
     registry = Registry(spark, work / "warehouse").ensure(names=False)
     same = _timed(monitor, lambda: load_snapshot(spark, BROKER, SNAPSHOT, args.store,
@@ -462,7 +462,7 @@ def _small_ops(spark, registry) -> dict[str, object]:  # type: ignore[no-untyped
     import pyarrow as pa
     from deltalake import DeltaTable, write_deltalake
 
-    from jobs import tables as T
+    from jobs.lakehouse import tables as T
 
     def median_time(work) -> float:  # type: ignore[no-untyped-def]
         times = []
@@ -492,7 +492,7 @@ def _small_ops(spark, registry) -> dict[str, object]:  # type: ignore[no-untyped
 
 
 def _floor(spark, base, variant, work, args, monitor):  # type: ignore[no-untyped-def]
-    from jobs.delta_io import append_once
+    from jobs.lakehouse.delta_io import append_once
 
     location = str(work / "floor" / "messages")
     clock = time.perf_counter()
@@ -514,7 +514,7 @@ def _sweep(spark, base, variant, work, args, monitor):  # type: ignore[no-untype
     creates its table (variant layout), sets the variant's SQL conf, appends the Parquet
     rows, unsets the conf. Two untimed runs warm the JVM up; each round starts one
     variant later (rotation), so no variant always runs first or right after another."""
-    from jobs.delta_io import append_once
+    from jobs.lakehouse.delta_io import append_once
 
     names = args.sweep.split(",")
     order = ["warm-up", "warm-up"]
@@ -551,11 +551,11 @@ def _sweep(spark, base, variant, work, args, monitor):  # type: ignore[no-untype
 
 def _pipeline(spark, base, variant, work, args, monitor):  # type: ignore[no-untyped-def]
     """The load's decode DataFrame (same tasks, same mapInArrow) into one sink."""
-    from jobs.contracts import load_contract
-    from jobs.decode_tasks import TASK_DDL, DecodeContext, decode_function
-    from jobs.delta_io import append_once
-    from jobs.load import pack_tasks
-    from jobs.plan import plan_load
+    from jobs.lakehouse.contracts import load_contract
+    from jobs.lakehouse.delta_io import append_once
+    from jobs.load.decode_tasks import TASK_DDL, DecodeContext, decode_function
+    from jobs.load.job import pack_tasks
+    from jobs.load.plan import plan_load
 
     contract = load_contract("messages")
     location = str(work / "pipeline" / "messages")
@@ -596,10 +596,10 @@ def decode_child(mode: str, args: argparse.Namespace) -> dict[str, object]:
     to_messages + report), or only the scan (``decode-scan``)."""
     import resource
 
-    from jobs.contracts import load_contract
-    from jobs.decode_tasks import DecodeContext, run_task
-    from jobs.plan import plan_load
-    from rmqlib.commitlog_arrow import scan_segment_arrow
+    from jobs.lakehouse.contracts import load_contract
+    from jobs.load.decode_tasks import DecodeContext, run_task
+    from jobs.load.plan import plan_load
+    from rmqlib.commitlog.arrow import scan_segment_arrow
 
     base, variant = split_variant(mode)
     if variant.get("env"):
@@ -635,7 +635,7 @@ def deltars_child(mode: str, args: argparse.Namespace) -> dict[str, object]:
     import pyarrow.dataset as ds
     from deltalake import WriterProperties, write_deltalake
 
-    from jobs.contracts import load_contract
+    from jobs.lakehouse.contracts import load_contract
 
     contract = load_contract("messages")
     location = str(Path(args.work) / "deltars" / "messages")

@@ -35,9 +35,9 @@ def queue_units(commitlog: Path) -> dict[tuple[str, int], np.ndarray]:
     """(topic, queue) -> structured array of (queue offset, commitlog offset, size, tags)."""
     import pyarrow as pa
 
-    from rmqlib.commitlog_arrow import scan_segment_arrow
-    from rmqlib.javahash import java_string_hashes
-    from rmqlib.segments import list_segments
+    from rmqlib.commitlog.arrow import scan_segment_arrow
+    from rmqlib.common.javahash import java_string_hashes
+    from rmqlib.common.segments import list_segments
 
     parts: dict[tuple[str, int], list[np.ndarray]] = {}
     for seg in list_segments(commitlog):
@@ -108,10 +108,10 @@ def main() -> None:
     args = parser.parse_args()
     from load_delta import dataset_dir, prepare_store
 
-    from jobs.load import LoadOptions, load_snapshot
-    from jobs.reconcile import reconcile_snapshot
-    from jobs.spark_session import build_spark_session
-    from jobs.tables import Registry
+    from jobs.check.reconcile import reconcile_snapshot
+    from jobs.lakehouse.spark_session import build_spark_session
+    from jobs.lakehouse.tables import Registry
+    from jobs.load.job import LoadOptions, load_snapshot
 
     base = dataset_dir(Path(args.cache), args.body, args.size_mib)
     prepare_store(base, args.body, args.size_mib * 2**20, args.size_mib * 2**20)

@@ -36,7 +36,7 @@ RMQ = str(Path(sys.executable).parent / "rmq")
 
 def prepare() -> int:
     """The 256 MiB segment, cut after its last whole record; returns the record count."""
-    from rmqlib.commitlog import scan_segment
+    from rmqlib.commitlog.records import scan_segment
 
     if not SEGMENT.exists() or SEGMENT.stat().st_size != SIZE:
         SEGMENT.parent.mkdir(parents=True, exist_ok=True)
@@ -80,7 +80,7 @@ def main() -> None:
     for name, value in startup.items():
         print(f"  {name:<22} {value:6.3f} s")
     records = prepare()
-    scan = ("from rmqlib.commitlog import scan_segment; "
+    scan = ("from rmqlib.commitlog.records import scan_segment; "
             f"n = sum(1 for _ in scan_segment({str(SEGMENT)!r}))")
     dumps = median_of({
         "record path": [sys.executable, "-c", scan],

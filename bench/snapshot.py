@@ -33,8 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
-from jobs.snapshot import take_snapshot  # noqa: E402
-from jobs.store_source import LocalSource  # noqa: E402
+from jobs.snapshot.copier import take_snapshot  # noqa: E402
+from jobs.snapshot.sources import LocalSource  # noqa: E402
 
 BENCH = ROOT / ".cache" / "bench"
 STORE = BENCH / "load" / "body1024-1024mib" / "with-queues" / "store"

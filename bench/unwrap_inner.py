@@ -1,6 +1,6 @@
 """What unwrapping inner batches costs on top of the Arrow scan, by share of inner records.
 
-``rmqlib.commitlog_arrow.unwrap_inner_batches`` turns every inner-batch record (spec
+``rmqlib.commitlog.arrow.unwrap_inner_batches`` turns every inner-batch record (spec
 §2.6, a BatchCQ topic's batch send) into its members. The baseline, run side by side, is
 ``scan_segment_arrow`` alone over the same file; the figure is the ratio
 (scan + unwrap) / scan, for commitlogs where 0 %, 1 %, 10 %, 50 % and 100 % of the records
@@ -41,7 +41,7 @@ def _ordinary(index: int):  # type: ignore[no-untyped-def]
 def _inner_batch(index: int, members: int, base: int):  # type: ignore[no-untyped-def]
     import rmq_encoder as E
 
-    from rmqlib.innerbatch import encode_inner_batch
+    from rmqlib.commitlog.innerbatch import encode_inner_batch
 
     rng = random.Random(index)
     body = encode_inner_batch([
@@ -78,13 +78,13 @@ def generate(path: Path, share: float, size: int, members: int) -> int:
 
 
 def scan(path: Path) -> int:
-    from rmqlib.commitlog_arrow import scan_segment_arrow
+    from rmqlib.commitlog.arrow import scan_segment_arrow
 
     return sum(batch.num_rows for batch in scan_segment_arrow(path))
 
 
 def scan_and_unwrap(path: Path) -> int:
-    from rmqlib.commitlog_arrow import scan_segment_arrow, unwrap_inner_batches
+    from rmqlib.commitlog.arrow import scan_segment_arrow, unwrap_inner_batches
 
     return sum(unwrap_inner_batches(batch).num_rows for batch in scan_segment_arrow(path))
 

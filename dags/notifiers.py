@@ -1,4 +1,5 @@
-"""Deliver a snapshot's alert (``jobs.alerts.Alert``) by e-mail and a Slack-compatible webhook.
+"""Deliver a snapshot's alert (``jobs.alerts.evaluation.Alert``) by e-mail and a
+Slack-compatible webhook.
 
 Uses Airflow's own notifiers, ``SmtpNotifier`` and ``SlackWebhookNotifier``, so the
 connections, TLS settings and retries are Airflow's: ``config/alerts.yaml`` names the
@@ -23,7 +24,15 @@ from airflow.providers.slack.notifications.slack_webhook import SlackWebhookNoti
 from airflow.providers.smtp.notifications.smtp import SmtpNotifier
 from airflow.sdk import BaseNotifier, literal
 
-from jobs.alerts import EMAIL, SENT, WEBHOOK, Alert, AlertRules, EmailChannel, WebhookChannel
+from jobs.alerts.evaluation import (
+    EMAIL,
+    SENT,
+    WEBHOOK,
+    Alert,
+    AlertRules,
+    EmailChannel,
+    WebhookChannel,
+)
 
 log = logging.getLogger(__name__)
 

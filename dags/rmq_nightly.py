@@ -36,9 +36,9 @@ from airflow.sdk import (
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from jobs import pipeline
-from jobs import tables as T
+from jobs.lakehouse import tables as T
 from jobs.pipeline_config import BrokerSource, load_config, parse_brokers
-from jobs.snapshot import snapshot_id_for
+from jobs.snapshot.manifest import snapshot_id_for
 
 log = logging.getLogger("rmq_nightly")
 CONFIG = load_config()  # cheap: one YAML file; the DAG processor re-reads it on each parse
@@ -79,7 +79,7 @@ def _snapshot_id() -> str:
 def _spark():  # type: ignore[no-untyped-def]
     """This process's SparkSession: master from the ``spark_conn_id`` connection, else
     ``$RMQ_SPARK_MASTER``, else local. Tasks of one process (``airflow dags test``) share it."""
-    from jobs.spark_session import build_spark_session
+    from jobs.lakehouse.spark_session import build_spark_session
 
     master = None
     if CONFIG.spark_conn_id:
@@ -174,7 +174,7 @@ def _remote_snapshot(broker: BrokerSource, snapshot_id: str) -> dict[str, Any]:
     """Snapshot a store on another host over SFTP, through the Airflow SSH connection."""
     from airflow.providers.ssh.hooks.ssh import SSHHook
 
-    from jobs.store_source import SftpSource
+    from jobs.snapshot.sources import SftpSource
 
     try:
         client = SSHHook(ssh_conn_id=broker.ssh_conn_id).get_conn()
@@ -193,8 +193,8 @@ def _report_failures() -> dict[str, Any]:
     could not report itself) as one alert on the configured channels."""
     from notifiers import deliver  # dags/ is on sys.path
 
-    from jobs.alerts import AlertRules
-    from jobs.failures import failure_alert, unsuccessful
+    from jobs.alerts.evaluation import AlertRules
+    from jobs.alerts.failures import failure_alert, unsuccessful
 
     context = get_current_context()
     ti, run_id = context["ti"], context["run_id"]
@@ -221,7 +221,7 @@ def _deliver(checked: dict[str, Any]) -> dict[str, Any]:
     record what each answered; a channel that failed fails the task, so it is retried."""
     from notifiers import deliver  # dags/ is on sys.path
 
-    from jobs.alerts import SENT, AlertRules, record_alert, recorded_alert
+    from jobs.alerts.evaluation import SENT, AlertRules, record_alert, recorded_alert
 
     broker, snapshot_id = checked["broker"], checked["snapshot_id"]
     spark = _spark()

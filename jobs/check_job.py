@@ -1,11 +1,11 @@
 """The check job: everything that judges one loaded snapshot, in order.
 
-1. reconcile (``jobs.reconcile``): check_results and consumer_lag;
-2. consumer status (``jobs.consumer_status``): each group's status over the last N
+1. reconcile (``jobs.check.reconcile``): check_results and consumer_lag;
+2. consumer status (``jobs.check.consumer_status``): each group's status over the last N
    snapshots and its catch-up estimate, in consumer_status;
-3. Great Expectations (``jobs.expectations``): the contracts' quality rules, Data Docs;
-4. the nightly report (``jobs.report``): one HTML page per snapshot, linking the Data Docs;
-5. the alert (``jobs.alerts``): thresholds from ``config/alerts.yaml``, compared with the
+3. Great Expectations (``jobs.check.expectations``): the contracts' quality rules, Data Docs;
+4. the nightly report (``jobs.report.pages``): one HTML page per snapshot, linking the Data Docs;
+5. the alert (``jobs.alerts.evaluation``): thresholds from ``config/alerts.yaml``, compared with the
    earlier snapshots' conditions -> at most one summarising alert of what changed,
    recorded in the ``alerts`` table and the log.
 
@@ -23,8 +23,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from jobs import tables as T
-from jobs.alerts import (
+from jobs.alerts.evaluation import (
     DEFAULT_CONFIG,
     Alert,
     AlertRules,
@@ -33,11 +32,12 @@ from jobs.alerts import (
     record_alert,
     recorded_alert,
 )
-from jobs.consumer_status import judge_snapshot
-from jobs.expectations import ExpectationsSummary, run_expectations
-from jobs.reconcile import ReconcileSummary, reconcile_snapshot
-from jobs.report import write_report
-from jobs.tables import Registry
+from jobs.check.consumer_status import judge_snapshot
+from jobs.check.expectations import ExpectationsSummary, run_expectations
+from jobs.check.reconcile import ReconcileSummary, reconcile_snapshot
+from jobs.lakehouse import tables as T
+from jobs.lakehouse.tables import Registry
+from jobs.report.pages import write_report
 
 log = logging.getLogger(__name__)
 PENDING = "pending"

@@ -114,12 +114,12 @@ def _summary(args: argparse.Namespace) -> int:
 
 
 def _refusals() -> tuple[type[BaseException], ...]:
-    from jobs.alerts import AlertConfigError
-    from jobs.load import LoadRefusedError
-    from jobs.plan import StoreWentBackwardsError
-    from jobs.snapshot_views import SnapshotNotLoadedError
-    from jobs.sql import QueryError
-    from jobs.tables import TableDriftError
+    from jobs.alerts.evaluation import AlertConfigError
+    from jobs.check.views import SnapshotNotLoadedError
+    from jobs.lakehouse.sql import QueryError
+    from jobs.lakehouse.tables import TableDriftError
+    from jobs.load.job import LoadRefusedError
+    from jobs.load.plan import StoreWentBackwardsError
     from rmqlib.errors import StoreError
 
     return (LoadRefusedError, StoreWentBackwardsError, QueryError, TableDriftError,
@@ -127,7 +127,7 @@ def _refusals() -> tuple[type[BaseException], ...]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from jobs.spark_session import build_spark_session
+    from jobs.lakehouse.spark_session import build_spark_session
 
     refused = _refusals()
     spark = None
@@ -157,15 +157,15 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _check_store(store: Path) -> None:
-    from rmqlib.inventory import take_inventory
+    from rmqlib.store.inventory import take_inventory
 
     take_inventory(store)  # raises NotAStoreFileError naming the path
 
 
 def _load(spark, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
-    from jobs.load import LoadOptions, load_snapshot
-    from jobs.progress import ConsoleProgress
-    from jobs.summary import format_summary, summary_dict
+    from jobs.lakehouse.progress import ConsoleProgress
+    from jobs.load.job import LoadOptions, load_snapshot
+    from jobs.load.summary import format_summary, summary_dict
 
     options = LoadOptions(split_bytes=args.split_mib * 2**20, body_policy=args.body_policy,
                           verify_crc=not args.no_crc, taken_at=args.taken_at)
@@ -174,7 +174,7 @@ def _load(spark, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-de
                                 progress=progress)
     print(json.dumps(summary_dict(summary), indent=2) if args.json else format_summary(summary))
     for name in args.query:
-        from jobs.sql import run_saved
+        from jobs.lakehouse.sql import run_saved
 
         print(f"\nsaved query {name} (python -m jobs sql --saved {name}):")
         run_saved(spark, name).show(20, truncate=40)
@@ -182,9 +182,9 @@ def _load(spark, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-de
 
 
 def _check(spark, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
-    from jobs.alerts import DEFAULT_CONFIG
-    from jobs.check import check_snapshot, format_outcome
-    from jobs.tables import Registry
+    from jobs.alerts.evaluation import DEFAULT_CONFIG
+    from jobs.check_job import check_snapshot, format_outcome
+    from jobs.lakehouse.tables import Registry
 
     outcome = check_snapshot(spark, Registry(spark), args.broker, args.snapshot_id,
                              rules_path=args.alerts_config or DEFAULT_CONFIG,
@@ -194,7 +194,7 @@ def _check(spark, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-d
 
 
 def _sql(spark, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
-    from jobs.sql import QueryError, run_saved, run_sql
+    from jobs.lakehouse.sql import QueryError, run_saved, run_sql
 
     params = {}
     for item in args.param:
@@ -209,7 +209,7 @@ def _sql(spark, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def
 
 
 def _list_queries() -> int:
-    from jobs.sql import saved_queries
+    from jobs.lakehouse.sql import saved_queries
 
     for query in saved_queries().values():
         params = ", ".join(query.parameters) or "no parameters"
@@ -218,7 +218,7 @@ def _list_queries() -> int:
 
 
 def _tables(spark) -> int:  # type: ignore[no-untyped-def]
-    from jobs.tables import Registry
+    from jobs.lakehouse.tables import Registry
 
     registry = Registry(spark).ensure()
     for name, table in registry.tables.items():

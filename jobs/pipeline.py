@@ -15,17 +15,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jobs import tables as T
+from jobs.lakehouse import tables as T
+from jobs.lakehouse.tables import Registry
 from jobs.pipeline_config import BrokerSource, PipelineConfig
-from jobs.snapshot import (
-    SnapshotError,
-    SnapshotInPastError,
-    clean_up_snapshots,
-    snapshot_store,
-    take_snapshot,
-)
-from jobs.store_source import LocalSource, SourceError, StoreSource
-from jobs.tables import Registry
+from jobs.snapshot.copier import SnapshotError, SnapshotInPastError, take_snapshot
+from jobs.snapshot.manifest import snapshot_store
+from jobs.snapshot.retention import clean_up_snapshots
+from jobs.snapshot.sources import LocalSource, SourceError, StoreSource
 
 if TYPE_CHECKING:  # the DAG file imports this module while parsing: keep pyspark out
     from pyspark.sql import SparkSession
@@ -97,7 +93,7 @@ def snapshot_broker(config: PipelineConfig, broker: BrokerSource, snapshot_id: s
 
 
 def resolve_store(store: str) -> Path:
-    from jobs.jars import REPO_ROOT
+    from jobs.lakehouse.jars import REPO_ROOT
 
     path = Path(store).expanduser()
     return path if path.is_absolute() else REPO_ROOT / path
@@ -109,9 +105,9 @@ def resolve_store(store: str) -> Path:
 def load_broker(spark: SparkSession, config: PipelineConfig,
                 snapshot: dict[str, Any]) -> dict[str, Any]:
     """Load the snapshot into the Delta tables (nothing when it is already loaded)."""
-    from jobs.load import LoadOptions, LoadRefusedError, load_snapshot
-    from jobs.plan import StoreWentBackwardsError
-    from jobs.progress import ConsoleProgress
+    from jobs.lakehouse.progress import ConsoleProgress
+    from jobs.load.job import LoadOptions, LoadRefusedError, load_snapshot
+    from jobs.load.plan import StoreWentBackwardsError
     from rmqlib.errors import StoreError
 
     broker, snapshot_id = snapshot["broker"], snapshot["snapshot_id"]
@@ -146,7 +142,7 @@ def _ids(step: dict[str, Any]) -> dict[str, Any]:
 
 
 def report_page(config: PipelineConfig, broker: str, snapshot_id: str) -> Path:
-    from jobs.report import report_path
+    from jobs.report.pages import report_path
 
     return report_path(config.checks_output / "reports", broker, snapshot_id)
 
@@ -157,7 +153,7 @@ def check_broker(spark: SparkSession, config: PipelineConfig, loaded: dict[str, 
 
     Skipped when the load added nothing and the snapshot's report exists: a re-run of the
     same logical date then changes nothing (the report is the check's last artefact)."""
-    from jobs.check import check_snapshot, format_outcome
+    from jobs.check_job import check_snapshot, format_outcome
 
     broker, snapshot_id = loaded["broker"], loaded["snapshot_id"]
     page = report_page(config, broker, snapshot_id)

@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from jobs.jars import REPO_ROOT
+from jobs.lakehouse.jars import REPO_ROOT
 
 DEFAULT_CONFIG = REPO_ROOT / "config" / "pipeline.yaml"
 BROKER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -75,7 +75,7 @@ class PipelineConfig:
 
     @property
     def checks_output(self) -> Path:
-        """Data Docs and reports (``jobs.check``'s default place)."""
+        """Data Docs and reports (``jobs.check_job``'s default place)."""
         return self.warehouse / "_checks"
 
 

@@ -12,10 +12,10 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from jobs import tables as T
+from jobs.lakehouse import tables as T
+from jobs.lakehouse.tables import read_delta_rows, table_location
 from jobs.pipeline_config import PipelineConfig
-from jobs.snapshot import MANIFEST, Manifest, snapshot_dir
-from jobs.tables import read_delta_rows, table_location
+from jobs.snapshot.manifest import MANIFEST, Manifest, snapshot_dir
 
 LAG_ROWS = 12
 
@@ -100,8 +100,8 @@ def _lag_lines(warehouse: Path, broker: str, snapshot_id: str) -> list[str]:
 
 def _status_lines(warehouse: Path, broker: str, snapshot_id: str) -> list[str]:
     """Each group's consumer status (worst first), lag and catch-up estimate."""
-    from jobs.alerts import catch_up_text
-    from jobs.consumer_status import RANK
+    from jobs.alerts.evaluation import catch_up_text
+    from jobs.check.consumer_status import RANK
 
     rows = [r for r in _rows(warehouse, T.CONSUMER_STATUS, broker=broker,
                              snapshot_id=snapshot_id) if r["level"] == "group"]

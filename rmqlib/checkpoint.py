@@ -20,9 +20,9 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rmqlib.accounting import FileAccount
+from rmqlib.common.accounting import FileAccount
+from rmqlib.common.fileio import nonzero_span, read_bytes
 from rmqlib.errors import TruncatedDataError
-from rmqlib.fileio import nonzero_span, read_bytes
 
 PAGE_SIZE = 4096  # MappedFile.OS_PAGE_SIZE
 FIELD_LENGTH = 8

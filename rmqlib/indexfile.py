@@ -31,10 +31,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from rmqlib.accounting import FileAccount
+from rmqlib.common.accounting import FileAccount
+from rmqlib.common.fileio import runs
+from rmqlib.common.javahash import index_key, index_key_hash
 from rmqlib.errors import CorruptDataError, NotAStoreFileError, StoreError
-from rmqlib.fileio import runs
-from rmqlib.javahash import index_key, index_key_hash
 
 # IndexHeader layout (big-endian).
 INDEX_HEADER_SIZE = 40

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from rmqlib.accounting import FileAccount
+from rmqlib.common.accounting import FileAccount
 
 ABORT_FILE = "abort"
 ABORT_BAK_FILE = "abort.bak"

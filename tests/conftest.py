@@ -50,7 +50,7 @@ def store_harness():  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """The project's SparkSession (real Spark + Delta), started once per test session."""
-    from jobs.spark_session import build_spark_session
+    from jobs.lakehouse.spark_session import build_spark_session
 
     session = build_spark_session(
         "rmq-lakehouse-tests", warehouse=tmp_path_factory.mktemp("warehouse")

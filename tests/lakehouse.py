@@ -6,8 +6,8 @@ import json
 from datetime import date, datetime
 from pathlib import Path
 
-from jobs.load import LoadOptions, LoadSummary, load_snapshot
-from jobs.tables import LOAD_RUNS, TABLES, Registry
+from jobs.lakehouse.tables import LOAD_RUNS, TABLES, Registry
+from jobs.load.job import LoadOptions, LoadSummary, load_snapshot
 
 # Small splits so that the 1 MiB segments of the harness stores become several tasks.
 TEST_OPTIONS = LoadOptions(split_bytes=256 * 1024, queue_split_bytes=2000)

@@ -18,7 +18,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobs.alerts import (
+from jobs.alerts.evaluation import (
     DEFAULT_CONFIG,
     AlertConfigError,
     AlertRules,
@@ -74,7 +74,7 @@ def rules(tmp_path: Path) -> AlertRules:
 def lag_row(group: str, topic: str, queue_id: int, lag: int | None, *,
             minutes: float | None = None, status: str = "ok", kind: str = "normal",
             lost: int = 0) -> dict[str, Any]:
-    """A consumer_lag row as jobs/lag.py writes it, offsets consistent with ``lag``
+    """A consumer_lag row as jobs/check/lag.py writes it, offsets consistent with ``lag``
     (``lag=None``: a no_queue row, no offsets known)."""
     max_offset = None if lag is None else 50_000 + lag
     consumer = (None if lag is None else max_offset - lag if status != "below_min"
@@ -94,7 +94,7 @@ def lag_row(group: str, topic: str, queue_id: int, lag: int | None, *,
 
 def check_row(check: str, severity: str, scope: str, affected: int, explanation: str,
               **extra: Any) -> dict[str, Any]:
-    """A check_results row as jobs/reconcile.py writes it."""
+    """A check_results row as jobs/check/reconcile.py writes it."""
     topic = re.search(r"topic=(\S+)", scope)
     queue = re.search(r"queue=(\d+)", scope)
     return {
@@ -323,7 +323,7 @@ def test_great_expectations_critical_counts_as_error(rules: AlertRules) -> None:
 
 
 class Failure(NamedTuple):
-    """The shape jobs/expectations.py reports a failed rule in."""
+    """The shape jobs/check/expectations.py reports a failed rule in."""
 
     table: str
     rule: str
@@ -443,8 +443,8 @@ def test_property_at_most_one_alert_naming_crossed_thresholds(
 @pytest.mark.spark
 def test_record_alert_twice_leaves_one_row(spark, tmp_path: Path,  # type: ignore[no-untyped-def]
                                            rules: AlertRules) -> None:
-    from jobs import tables as T
-    from jobs.tables import Registry
+    from jobs.lakehouse import tables as T
+    from jobs.lakehouse.tables import Registry
 
     registry = Registry(spark, tmp_path / "warehouse")
     alert = evaluate(rules, BROKER, SNAPSHOT, [], orders_lag(3_087), [], now=NOW)
@@ -478,7 +478,7 @@ def test_record_alert_twice_leaves_one_row(spark, tmp_path: Path,  # type: ignor
 def test_failed_tasks_are_named_with_their_broker() -> None:
     """What the DAG's last task turns Airflow's task states into (a killed task included:
     its state is just "failed"); tests/test_dag.py kills one for real."""
-    from jobs.failures import failure_alert, unsuccessful
+    from jobs.alerts.failures import failure_alert, unsuccessful
 
     states = {"list_brokers": "success", "broker.snapshot_0": "success",
               "broker.snapshot_1": "success", "broker.load_0": "success",

@@ -9,7 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from store_encoders import bcq_unit, cq_file, cqx_unit, ext_address
 
-from rmqlib.batchconsumequeue import (
+from rmqlib.common.segments import segment_name
+from rmqlib.errors import NotAStoreFileError
+from rmqlib.queues.batchconsumequeue import (
     BCQ_SCHEMA,
     BCQ_UNIT_SIZE,
     base_offset_gaps,
@@ -17,16 +19,14 @@ from rmqlib.batchconsumequeue import (
     decode_bcq_bytes,
     decode_bcq_file,
 )
-from rmqlib.consumequeue import decode_cq_bytes
-from rmqlib.consumequeue_ext import (
+from rmqlib.queues.consumequeue import decode_cq_bytes
+from rmqlib.queues.consumequeue_ext import (
     CQX_SCHEMA,
     ExtAddressError,
     decode_cqx_bytes,
     decode_cqx_file,
     load_ext_queue,
 )
-from rmqlib.errors import NotAStoreFileError
-from rmqlib.segments import segment_name
 
 
 def bcq(data: bytes, start: int = 0):

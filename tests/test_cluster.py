@@ -25,8 +25,8 @@ import pyspark
 import pytest
 from deltalake import DeltaTable
 
-from jobs.jars import ensure_delta_jars
-from rmqlib.commitlog import scan_store
+from jobs.lakehouse.jars import ensure_delta_jars
+from rmqlib.commitlog.records import scan_store
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.cluster]
 

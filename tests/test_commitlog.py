@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 import rmq_encoder as E
 
-from rmqlib import commitlog_layout as L
-from rmqlib.commitlog import (
+from rmqlib.commitlog import layout as L
+from rmqlib.commitlog.compression import CompressionType
+from rmqlib.commitlog.records import (
     CommitLogRecord,
     GapKind,
     OffsetNotFoundError,
@@ -25,7 +26,6 @@ from rmqlib.commitlog import (
     scan_segment,
     scan_store,
 )
-from rmqlib.compression import CompressionType
 from rmqlib.errors import CorruptDataError
 
 SEG = 8192  # small segments so files roll often

@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_commitlog import zoo
 
-from rmqlib import commitlog_layout as L
-from rmqlib.commitlog import CommitLogRecord, scan_segment
-from rmqlib.commitlog_arrow import COMMITLOG_SCHEMA, read_table, scan_segment_arrow
+from rmqlib.commitlog import layout as L
+from rmqlib.commitlog.arrow import COMMITLOG_SCHEMA, read_table, scan_segment_arrow
+from rmqlib.commitlog.records import CommitLogRecord, scan_segment
 from rmqlib.errors import CorruptDataError
 
 NAME = "00000000000000000000"
@@ -77,7 +77,7 @@ def test_schema_is_fixed_and_documented() -> None:
     assert COMMITLOG_SCHEMA.field("properties").type == pa.map_(pa.string(), pa.string())
     assert COMMITLOG_SCHEMA.field("keys").type == pa.list_(pa.string())
     assert COMMITLOG_SCHEMA.field("body").type == pa.binary()
-    import rmqlib.commitlog_arrow as module
+    import rmqlib.commitlog.arrow as module
 
     for name in names:
         assert name in module.__doc__, f"column {name} is not documented"

@@ -1,6 +1,6 @@
 """Byte-range scans, resynchronisation, byte accounting and damaged files.
 
-The contract (rmqlib/commitlog_walk.py): scans of adjacent ranges yield exactly the
+The contract (rmqlib/commitlog/walk.py): scans of adjacent ranges yield exactly the
 records of the whole-file scan, their accounts add up to the file, and no damage ever
 raises or disappears: every byte is decoded, blank, zero tail or an unreadable region.
 """
@@ -20,9 +20,9 @@ from commitlog_strategies import messages
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rmqlib import commitlog_walk as W
-from rmqlib.commitlog import GapKind, ScanResult, scan_segment, scan_store, split_ranges
-from rmqlib.commitlog_arrow import scan_segment_arrow
+from rmqlib.commitlog import walk as W
+from rmqlib.commitlog.arrow import scan_segment_arrow
+from rmqlib.commitlog.records import GapKind, ScanResult, scan_segment, scan_store, split_ranges
 from rmqlib.errors import NotAStoreFileError
 
 SEG = 16384

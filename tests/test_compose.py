@@ -140,7 +140,7 @@ def test_dockerfile_base_is_the_installed_airflow_on_python_311() -> None:
     airflow = version("apache-airflow")
     assert f"ARG AIRFLOW_IMAGE=apache/airflow:{airflow}-python3.11\n" in text
     assert "openjdk-17-jre-headless" in text
-    assert "requirements.lock" in text and "python -m jobs.jars" in text
+    assert "requirements.lock" in text and "python -m jobs.lakehouse.jars" in text
     uv_version = re.search(r"^UV_VERSION\s*:=\s*(\S+)", (REPO_ROOT / "Makefile").read_text(),
                            re.MULTILINE)
     assert uv_version and f"uv=={uv_version.group(1)}" in text

@@ -8,7 +8,7 @@ import lz4.frame
 import pytest
 import zstandard
 
-from rmqlib.compression import (
+from rmqlib.commitlog.compression import (
     CompressionType,
     compression_type,
     decompress,

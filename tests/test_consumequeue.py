@@ -11,7 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from store_encoders import FILLER, cq_file, cq_unit, ext_address
 
-from rmqlib.consumequeue import (
+from rmqlib.common.segments import Segment, segment_issues, segment_name, unsized_last_file
+from rmqlib.errors import NotAStoreFileError
+from rmqlib.queues.consumequeue import (
     CQ_SCHEMA,
     CQ_UNIT_SIZE,
     EXT_MAX_ADDR,
@@ -26,8 +28,6 @@ from rmqlib.consumequeue import (
     undecorate_ext_addr,
     walk_queue_tree,
 )
-from rmqlib.errors import NotAStoreFileError
-from rmqlib.segments import Segment, segment_issues, segment_name, unsized_last_file
 
 I64 = st.integers(-(2**63), 2**63 - 1)
 VALID_UNIT = st.tuples(

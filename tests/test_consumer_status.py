@@ -1,6 +1,6 @@
-"""Consumer statuses over a window of snapshots (jobs/consumer_status.py) and the alerts
-that follow their transitions (jobs/alerts.py), on consumer_lag rows as jobs/lag.py writes
-them. Pure Python: the real-broker scenario is in tests/test_dag.py."""
+"""Consumer statuses over a window of snapshots (jobs/check/consumer_status.py) and the alerts
+that follow their transitions (jobs/alerts/evaluation.py), on consumer_lag rows as
+jobs/check/lag.py writes them. Pure Python: the real-broker scenario is in tests/test_dag.py."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from jobs.alerts import (
+from jobs.alerts.evaluation import (
     AlertRules,
     Conditions,
     LagRule,
@@ -18,7 +18,7 @@ from jobs.alerts import (
     evaluate,
     snapshot_findings,
 )
-from jobs.consumer_status import Rates, Snapshot, StatusSettings, catch_up, status_rows
+from jobs.check.consumer_status import Rates, Snapshot, StatusSettings, catch_up, status_rows
 
 BROKER = "broker-a"
 T0 = datetime(2026, 11, 20, 2, tzinfo=UTC)

@@ -1,4 +1,4 @@
-"""Data contracts (data_contracts/*.yaml, jobs/contracts.py): valid ODCS, strict loading,
+"""Data contracts (data_contracts/*.yaml, jobs/lakehouse/contracts.py): valid ODCS, strict loading,
 Spark/Arrow schemas that agree, DDL that builds exactly the table the contract describes,
 and drift reports when a table stops matching it."""
 
@@ -22,7 +22,7 @@ from open_data_contract_standard.model import OpenDataContractStandard
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-from jobs.contracts import (
+from jobs.lakehouse.contracts import (
     CONTRACTS_DIR,
     PRIMITIVES,
     Column,

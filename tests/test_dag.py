@@ -37,11 +37,11 @@ import pytest
 from endpoints import Mailbox, free_port, smtp_connection, start_webhook, webhook_connection
 from lakehouse import all_content
 
-from jobs import tables as T
-from jobs.snapshot import MANIFEST, Manifest, snapshot_dir, snapshot_store
-from jobs.tables import Registry
-from rmqlib.commitlog import scan_segment
-from rmqlib.segments import list_segments
+from jobs.lakehouse import tables as T
+from jobs.lakehouse.tables import Registry
+from jobs.snapshot.manifest import MANIFEST, Manifest, snapshot_dir, snapshot_store
+from rmqlib.commitlog.records import scan_segment
+from rmqlib.common.segments import list_segments
 
 REPO = Path(__file__).resolve().parent.parent
 D1, D2 = datetime(2026, 11, 20, 2, tzinfo=UTC), datetime(2026, 11, 21, 2, tzinfo=UTC)
@@ -376,8 +376,8 @@ def test_lag_equals_consumer_progress_and_the_broker_lag_latency(nightly, growin
     groups; TopicBulk receives nothing during a copy, TopicNormal the trickle); group Diff
     Total; the lag latency as the 5.5.0 broker's ConsumerLagCalculator computes it (store
     time of the message AT the consumer offset), read from the snapshot with rmqlib."""
-    from rmqlib.commitlog import read_record_at
-    from rmqlib.consumequeue import decode_queue, walk_queue_tree
+    from rmqlib.commitlog.records import read_record_at
+    from rmqlib.queues.consumequeue import decode_queue, walk_queue_tree
 
     groups = ("G_STEP", "G_SLOW", "G_STOP", "G_RESET", "G_LOST")
     for snapshot_id in EXPECTED_STATUS:
@@ -469,7 +469,7 @@ def test_checking_a_snapshot_again_changes_nothing_and_sends_nothing(nightly):  
 @pytest.mark.spark
 @pytest.mark.broker
 def test_report_shows_each_groups_status_timeline_and_catch_up(nightly, airflow, browser_page):  # type: ignore[no-untyped-def]
-    from jobs.report import STATUS_COLORS
+    from jobs.report.pages import STATUS_COLORS
 
     page = airflow.work / "warehouse" / "_checks" / "reports" / BROKER / f"{S3}.html"
     browser_page.goto(page.as_uri())

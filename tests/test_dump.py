@@ -14,13 +14,13 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from rmqlib.cli import EXIT_FINDINGS, EXIT_OK, main
+from rmqlib.cli.main import EXIT_FINDINGS, EXIT_OK, main
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fuzz"))
 from targets import check_tiles
 
-from rmqlib.commitlog import scan_segment
-from rmqlib.consumequeue import CQ_UNIT_SIZE
+from rmqlib.commitlog.records import scan_segment
+from rmqlib.queues.consumequeue import CQ_UNIT_SIZE
 
 pytestmark = pytest.mark.broker
 
@@ -179,8 +179,8 @@ def test_a_limited_dump_says_its_account_is_partial(capsys, segment) -> None:  #
 def test_the_fast_json_line_is_the_reference_row(broker_stores, variant, with_body) -> None:  # type: ignore[no-untyped-def]
     """record_json (what dumps print) parses to exactly record_row (the reference), for
     every record of real stores: compressed bodies, unicode keys, transactions, retries."""
-    from rmqlib.cli import record_json, record_row
-    from rmqlib.commitlog import scan_store
+    from rmqlib.cli.main import record_json, record_row
+    from rmqlib.commitlog.records import scan_store
 
     records = list(scan_store(broker_stores[variant] / "store" / "commitlog"))
     assert any(r.compression is not None for r in records) or variant == "v4-clean"

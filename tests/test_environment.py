@@ -8,7 +8,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from jobs.jars import check_python_agrees, pom_versions
+from jobs.lakehouse.jars import check_python_agrees, pom_versions
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

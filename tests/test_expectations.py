@@ -19,8 +19,7 @@ from great_expectations.core import ExpectationValidationResult
 from lakehouse import load
 from pyspark.sql import functions as F
 
-from jobs.contracts import load_contracts
-from jobs.expectations import (
+from jobs.check.expectations import (
     ExpectationsSummary,
     gx_context,
     observed_detail,
@@ -29,7 +28,8 @@ from jobs.expectations import (
     suite_for,
     suite_name,
 )
-from jobs.tables import CONSUMER_OFFSETS, TOPICS, Registry
+from jobs.lakehouse.contracts import load_contracts
+from jobs.lakehouse.tables import CONSUMER_OFFSETS, TOPICS, Registry
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]
 

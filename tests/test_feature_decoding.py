@@ -20,13 +20,13 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from rmqlib.commitlog_arrow import MESSAGE_SCHEMA, scan_segment_arrow, unwrap_inner_batches
-from rmqlib.consumequeue import is_ext_addr
-from rmqlib.javahash import tags_code
-from rmqlib.msgid import decode_offset_msg_id
-from rmqlib.queue_paths import queue_files
-from rmqlib.segments import list_segments
-from rmqlib.verify import verify_store
+from rmqlib.cli.queue_paths import queue_files
+from rmqlib.commitlog.arrow import MESSAGE_SCHEMA, scan_segment_arrow, unwrap_inner_batches
+from rmqlib.commitlog.msgid import decode_offset_msg_id
+from rmqlib.common.javahash import tags_code
+from rmqlib.common.segments import list_segments
+from rmqlib.queues.consumequeue import is_ext_addr
+from rmqlib.store.verify import verify_store
 
 pytestmark = pytest.mark.broker
 
@@ -121,7 +121,7 @@ def test_inner_batch_members_are_what_the_consumer_received(messages, truth) -> 
 def test_batch_queue_units_resolve_to_inner_batch_records(messages, store) -> None:
     """46-byte units: base offset = record QUEUEOFFSET, batch size = INNER_NUM (1 for a
     single send), size = TOTALSIZE, store time equal; bases contiguous per queue."""
-    from rmqlib.batchconsumequeue import decode_bcq_file
+    from rmqlib.queues.batchconsumequeue import decode_bcq_file
 
     records = {m["physical_offset"]: m for m in messages if m["inner_index"] == 0}
     targets = queue_files(store / "batchconsumequeue")
@@ -140,8 +140,8 @@ def test_batch_queue_units_resolve_to_inner_batch_records(messages, store) -> No
 
 
 def test_ext_addresses_resolve_to_the_records_tags_and_store_time(messages, store) -> None:
-    from rmqlib.consumequeue import decode_cq_file
-    from rmqlib.consumequeue_ext import ExtResolver
+    from rmqlib.queues.consumequeue import decode_cq_file
+    from rmqlib.queues.consumequeue_ext import ExtResolver
 
     records = {m["physical_offset"]: m for m in messages if m["inner_index"] == 0}
     resolver = ExtResolver()
@@ -163,7 +163,7 @@ def test_ext_addresses_resolve_to_the_records_tags_and_store_time(messages, stor
 
 
 def test_lmq_queues_hold_the_record_at_the_offsets_it_lists(messages, truth, store) -> None:
-    from rmqlib.consumequeue import decode_cq_file
+    from rmqlib.queues.consumequeue import decode_cq_file
 
     units = {}
     for file in queue_files(store / "consumequeue").files:
@@ -192,7 +192,7 @@ def test_verify_is_clean_and_counts_every_feature(store) -> None:
 def test_directory_dumps_of_every_queue_root_list_every_queue(store) -> None:
     for root, noun in (("consumequeue", "units"), ("batchconsumequeue", "units"),
                        ("consumequeue_ext", "units")):
-        out = subprocess.run([sys.executable, "-m", "rmqlib.cli", "dump", "consumequeue",
+        out = subprocess.run([sys.executable, "-m", "rmqlib.cli.main", "dump", "consumequeue",
                               str(store / root), "--json"], capture_output=True, text=True)
         assert out.returncode == 0, out.stderr
         rows = [json.loads(line) for line in out.stdout.splitlines()]
@@ -201,7 +201,7 @@ def test_directory_dumps_of_every_queue_root_list_every_queue(store) -> None:
                    for f in queue_files(store / root).files if f.stat().st_size}
         assert queues and queues <= on_disk, root
         assert rows[-1][noun] == sum(r["kind"] == "unit" for r in rows)
-    out = subprocess.run([sys.executable, "-m", "rmqlib.cli", "dump", "consumequeue",
+    out = subprocess.run([sys.executable, "-m", "rmqlib.cli.main", "dump", "consumequeue",
                           str(store / "consumequeue" / "TopicExt"), "--json"],
                          capture_output=True, text=True)
     units = [json.loads(line) for line in out.stdout.splitlines()]
@@ -217,7 +217,7 @@ def loaded(spark, tmp_path_factory, store):  # type: ignore[no-untyped-def]
     """The features store loaded and reconciled as broker ``f``, snapshot ``s1``."""
     from lakehouse import load
 
-    from jobs.reconcile import reconcile_snapshot
+    from jobs.check.reconcile import reconcile_snapshot
 
     registry, summary = load(spark, tmp_path_factory.mktemp("features"), "f", "s1", store)
     reconcile_snapshot(spark, registry, "f", "s1")
@@ -226,7 +226,7 @@ def loaded(spark, tmp_path_factory, store):  # type: ignore[no-untyped-def]
 
 @pytest.mark.spark
 def test_delta_messages_have_one_row_per_inner_batch_member(loaded, truth) -> None:  # type: ignore[no-untyped-def]
-    from jobs import tables as T
+    from jobs.lakehouse import tables as T
 
     registry, summary = loaded
     assert summary.quarantined_bytes == 0
@@ -246,7 +246,7 @@ def test_delta_messages_have_one_row_per_inner_batch_member(loaded, truth) -> No
 
 @pytest.mark.spark
 def test_delta_queue_entries_carry_batch_fields_and_resolved_ext_codes(loaded) -> None:  # type: ignore[no-untyped-def]
-    from jobs import tables as T
+    from jobs.lakehouse import tables as T
 
     registry, _ = loaded
     units = registry.read(T.QUEUE_ENTRIES).where("broker = 'f'")
@@ -261,7 +261,7 @@ def test_delta_queue_entries_carry_batch_fields_and_resolved_ext_codes(loaded) -
 
 @pytest.mark.spark
 def test_delta_pending_timers_and_checks_see_them(loaded, truth) -> None:  # type: ignore[no-untyped-def]
-    from jobs import tables as T
+    from jobs.lakehouse import tables as T
 
     registry, _ = loaded
     pending = registry.read(T.PENDING_TIMERS).where("broker = 'f'").collect()
@@ -288,7 +288,7 @@ def test_get_finds_inner_batch_members_by_queue_offset_and_uniq_key(truth, store
     offset = member["innerBase"] + 1
     for argv in (["--queue", "TopicBatchCQ", str(member["storedQueueId"]), str(offset)],
                  ["--msg-id", member["msgId"], "--topic", "TopicBatchCQ"]):
-        out = subprocess.run([sys.executable, "-m", "rmqlib.cli", "get", str(store), *argv,
+        out = subprocess.run([sys.executable, "-m", "rmqlib.cli.main", "get", str(store), *argv,
                               "--json"], capture_output=True, text=True)
         assert out.returncode == 0, out.stderr
         [row] = [json.loads(line) for line in out.stdout.splitlines()]
@@ -335,8 +335,8 @@ def test_queue_bounds_equal_what_the_admin_api_reported(store, truth) -> None:
     first base and the last base + batch size, consume queues (LMQ and ext ones too) from
     the files; against examineTopicStats (or the broker's own min/max requests for queues
     without a route)."""
-    from rmqlib.batchconsumequeue import bcq_bounds, decode_bcq_file
-    from rmqlib.consumequeue import decode_queue, queue_bounds, walk_queue_tree
+    from rmqlib.queues.batchconsumequeue import bcq_bounds, decode_bcq_file
+    from rmqlib.queues.consumequeue import decode_queue, queue_bounds, walk_queue_tree
 
     ours = {}
     for queue in walk_queue_tree(store / "batchconsumequeue").queues:

@@ -17,13 +17,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rmqlib.commitlog import CommitLogRecord, scan_segment, scan_store
-from rmqlib.commitlog_layout import TransactionType
+from rmqlib.commitlog.layout import TransactionType
+from rmqlib.commitlog.records import CommitLogRecord, scan_segment, scan_store
+from rmqlib.common.segments import list_segments
 from rmqlib.config import load_consumer_offsets
-from rmqlib.consumequeue import decode_queue, queue_bounds, walk_queue_tree
 from rmqlib.indexfile import IndexFile, list_index_files
-from rmqlib.segments import list_segments
-from rmqlib.verify import verify_store
+from rmqlib.queues.consumequeue import decode_queue, queue_bounds, walk_queue_tree
+from rmqlib.store.verify import verify_store
 
 pytestmark = pytest.mark.broker
 

@@ -17,9 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from rmqlib.commitlog import CommitLogRecord, OffsetNotFoundError, read_record_at, scan_store
+from rmqlib.commitlog.records import (
+    CommitLogRecord,
+    OffsetNotFoundError,
+    read_record_at,
+    scan_store,
+)
 from rmqlib.config import load_config_dir
-from rmqlib.consumequeue import decode_queue, queue_bounds, walk_queue_tree
+from rmqlib.queues.consumequeue import decode_queue, queue_bounds, walk_queue_tree
 
 pytestmark = pytest.mark.broker
 

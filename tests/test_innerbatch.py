@@ -18,9 +18,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rmqlib.commitlog_arrow import MESSAGE_SCHEMA, read_table, unwrap_inner_batches
+from rmqlib.commitlog.arrow import MESSAGE_SCHEMA, read_table, unwrap_inner_batches
+from rmqlib.commitlog.innerbatch import MEMBER_HEADER, encode_inner_batch, split_inner_batch
 from rmqlib.errors import CorruptDataError, TruncatedDataError
-from rmqlib.innerbatch import MEMBER_HEADER, encode_inner_batch, split_inner_batch
 from tests.rmq_encoder import CommitLogWriter, Message
 
 INNER = 0x40 | 0x80
@@ -124,7 +124,7 @@ def test_arrow_unwrap_gives_one_row_per_consumed_message(tmp_path):
 
 def test_dump_lists_members_like_the_arrow_path(tmp_path):
     directory = _store(tmp_path)
-    out = subprocess.run([sys.executable, "-m", "rmqlib.cli", "dump", "commitlog",
+    out = subprocess.run([sys.executable, "-m", "rmqlib.cli.main", "dump", "commitlog",
                           str(directory), "--json"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     rows = [json.loads(line) for line in out.stdout.splitlines()]
@@ -143,7 +143,7 @@ def test_a_broken_inner_batch_is_kept_and_reported(tmp_path):
     assert len(rows) == 3  # the broken record stays one row
     assert rows[1]["inner_num"] is None
     assert rows[1]["body_error"].startswith("inner batch not unwrapped: inner batch member 2")
-    out = subprocess.run([sys.executable, "-m", "rmqlib.cli", "dump", "commitlog",
+    out = subprocess.run([sys.executable, "-m", "rmqlib.cli.main", "dump", "commitlog",
                           str(directory)], capture_output=True, text=True)
     assert out.returncode == 1
     assert "inner batch not unwrapped" in out.stdout

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from store_encoders import index_hash, java_hash
 
-from rmqlib.javahash import (
+from rmqlib.common.javahash import (
     INT_MAX,
     INT_MIN,
     index_key,

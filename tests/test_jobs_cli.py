@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from lakehouse import load
 
-from jobs import tables as T
-from jobs.load import LoadOptions
-from jobs.sql import saved_queries
+from jobs.lakehouse import tables as T
+from jobs.lakehouse.sql import saved_queries
+from jobs.load.job import LoadOptions
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 from lakehouse import TEST_OPTIONS, all_content, load
 
-from jobs import tables as T
-from jobs.plan import StoreWentBackwardsError
-from jobs.tables import Registry
-from rmqlib.commitlog import scan_segment
-from rmqlib.segments import list_segments, segment_name
+from jobs.lakehouse import tables as T
+from jobs.lakehouse.tables import Registry
+from jobs.load.plan import StoreWentBackwardsError
+from rmqlib.commitlog.records import scan_segment
+from rmqlib.common.segments import list_segments, segment_name
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]
 REPO = Path(__file__).resolve().parent.parent

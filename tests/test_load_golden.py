@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 from lakehouse import all_content, canonical, load
 
-from jobs import tables as T
-from jobs.sql import run_saved
+from jobs.lakehouse import tables as T
+from jobs.lakehouse.sql import run_saved
 from rmqlib.checkpoint import read_checkpoint
-from rmqlib.commitlog import scan_segment, scan_store
+from rmqlib.commitlog.records import scan_segment, scan_store
+from rmqlib.common.segments import list_segments
 from rmqlib.config import load_config_dir
-from rmqlib.consumequeue import decode_queue, walk_queue_tree
 from rmqlib.indexfile import IndexFile, list_index_files
-from rmqlib.segments import list_segments
+from rmqlib.queues.consumequeue import decode_queue, walk_queue_tree
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]
 

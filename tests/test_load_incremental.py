@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from lakehouse import all_content, load
 
-from jobs import tables as T
-from rmqlib.commitlog import scan_store
-from rmqlib.consumequeue import decode_queue, walk_queue_tree
-from rmqlib.fileio import has_nonzero_after
-from rmqlib.segments import list_segments
+from jobs.lakehouse import tables as T
+from rmqlib.commitlog.records import scan_store
+from rmqlib.common.fileio import has_nonzero_after
+from rmqlib.common.segments import list_segments
+from rmqlib.queues.consumequeue import decode_queue, walk_queue_tree
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]
 SNAPSHOTS = ("s1", "s2", "s3")

@@ -6,8 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rmqlib.errors import CorruptDataError
-from rmqlib.msgid import (
+from rmqlib.commitlog.msgid import (
     OffsetMsgId,
     UniqKey,
     decode_offset_msg_id,
@@ -16,6 +15,7 @@ from rmqlib.msgid import (
     encode_uniq_key,
     offset_msg_id_from_bytes,
 )
+from rmqlib.errors import CorruptDataError
 
 
 def test_ipv4_offset_msg_id_layout() -> None:

@@ -31,7 +31,14 @@ from endpoints import (
     webhook_connection,
 )
 
-from jobs.alerts import Alert, AlertRules, Channels, EmailChannel, LagRule, WebhookChannel
+from jobs.alerts.evaluation import (
+    Alert,
+    AlertRules,
+    Channels,
+    EmailChannel,
+    LagRule,
+    WebhookChannel,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SMTP_CONN, WEBHOOK_CONN = "test_alerts_smtp", "test_alerts_webhook"

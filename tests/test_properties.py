@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rmqlib import properties as P
+from rmqlib.commitlog import properties as P
 
 
 def oracle(raw: bytes) -> dict[str, str]:

@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from store_encoders import FILLER, bcq_unit, cq_unit
 
-from rmqlib.batchconsumequeue import BCQ_UNIT_SIZE, decode_bcq_file, decode_bcq_range
-from rmqlib.consumequeue import CQ_UNIT_SIZE, decode_cq_file, decode_cq_range
-from rmqlib.segments import segment_name
+from rmqlib.common.segments import segment_name
+from rmqlib.queues.batchconsumequeue import BCQ_UNIT_SIZE, decode_bcq_file, decode_bcq_range
+from rmqlib.queues.consumequeue import CQ_UNIT_SIZE, decode_cq_file, decode_cq_range
 
 ZERO_CQ = b"\0" * CQ_UNIT_SIZE
 ZERO_BCQ = b"\0" * BCQ_UNIT_SIZE

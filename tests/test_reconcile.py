@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from lakehouse import load
 
-from jobs import tables as T
-from jobs.reconcile import reconcile_snapshot
-from jobs.snapshot_views import SnapshotNotLoadedError
-from rmqlib.commitlog import scan_segment
+from jobs.check.reconcile import reconcile_snapshot
+from jobs.check.views import SnapshotNotLoadedError
+from jobs.lakehouse import tables as T
+from rmqlib.commitlog.records import scan_segment
+from rmqlib.common.segments import list_segments
 from rmqlib.config import parse_fastjson
-from rmqlib.consumequeue import CQ_UNIT_SIZE, decode_cq_file
-from rmqlib.segments import list_segments
+from rmqlib.queues.consumequeue import CQ_UNIT_SIZE, decode_cq_file
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]
 

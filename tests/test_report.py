@@ -1,4 +1,4 @@
-"""The nightly report (jobs/report.py) opened in headless Chromium: the charts render with
+"""The nightly report (jobs/report/pages.py) opened in headless Chromium: the charts render with
 the right series, the tables show what an operator must see, the index links the pages.
 
 A real-broker store (v5-clean) is loaded as snapshot s1; a second snapshot s2 and the
@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from lakehouse import load
 
-from jobs import tables as T
-from jobs.load import LoadOptions
-from jobs.report import INDEX_PAGE, SEVERITIES, write_report
-from jobs.tables import Registry
+from jobs.lakehouse import tables as T
+from jobs.lakehouse.tables import Registry
+from jobs.load.job import LoadOptions
+from jobs.report.pages import INDEX_PAGE, SEVERITIES, write_report
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]
 

@@ -16,21 +16,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jobs.snapshot import (
+from jobs.snapshot.copier import SnapshotInPastError, take_snapshot
+from jobs.snapshot.manifest import (
     LINKED,
     MANIFEST,
     PARTIAL_PREFIX,
     Manifest,
-    SnapshotInPastError,
-    clean_up_snapshots,
     complete_snapshots,
     snapshot_dir,
     snapshot_store,
-    take_snapshot,
     verify_snapshot,
 )
-from jobs.store_source import LocalSource, SftpSource, SourceError
-from rmqlib.timerlog import TL_UNIT_SIZE
+from jobs.snapshot.retention import clean_up_snapshots
+from jobs.snapshot.sources import LocalSource, SftpSource, SourceError
+from rmqlib.timers.timerlog import TL_UNIT_SIZE
 
 IDS = ("2026-11-20T0200Z", "2026-11-21T0200Z", "2026-11-22T0200Z")
 

@@ -19,16 +19,26 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from store_encoders import timercheck_bytes
 
-from rmqlib.accounting import FileAccount
 from rmqlib.checkpoint import decode_timercheck_bytes
-from rmqlib.cli import EXIT_FINDINGS, EXIT_OK, main
-from rmqlib.commitlog import read_record_at
+from rmqlib.cli.main import EXIT_FINDINGS, EXIT_OK, main
+from rmqlib.commitlog.msgid import decode_offset_msg_id
+from rmqlib.commitlog.records import read_record_at
+from rmqlib.common.accounting import FileAccount
+from rmqlib.common.javahash import java_string_hash
+from rmqlib.common.segments import segment_issues, segment_name
 from rmqlib.errors import NotAStoreFileError
-from rmqlib.inventory import FileKind, classify, take_inventory
-from rmqlib.javahash import java_string_hash
-from rmqlib.msgid import decode_offset_msg_id
-from rmqlib.segments import segment_issues, segment_name
-from rmqlib.timerlog import (
+from rmqlib.store.inventory import FileKind, classify, take_inventory
+from rmqlib.timers.timer_store import (
+    TIMER_DEL_UNIQKEY,
+    check_timer_store,
+    commitlog_properties,
+    delete_key,
+    pending_timers,
+    read_timer_store,
+    requeue_start,
+    unenqueued_timer_records,
+)
+from rmqlib.timers.timerlog import (
     MAGIC_DEFAULT,
     MAGIC_DELETE,
     MAGIC_ROLL,
@@ -43,17 +53,7 @@ from rmqlib.timerlog import (
     list_timerlog,
     recovery_end,
 )
-from rmqlib.timers import (
-    TIMER_DEL_UNIQKEY,
-    check_timer_store,
-    commitlog_properties,
-    delete_key,
-    pending_timers,
-    read_timer_store,
-    requeue_start,
-    unenqueued_timer_records,
-)
-from rmqlib.timerwheel import (
+from rmqlib.timers.timerwheel import (
     DEFAULT_SLOT_COUNT,
     SLOT_SIZE,
     WHEEL_SCHEMA,

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from rmqlib.commitlog import read_record_at, scan_segment
+from rmqlib.commitlog.records import read_record_at, scan_segment
+from rmqlib.common.segments import UNSIZED_FILE_REASON, list_segments, segment_name
 from rmqlib.indexfile import UNSIZED_INDEX_REASON
-from rmqlib.inventory import FileKind, take_inventory
-from rmqlib.segments import UNSIZED_FILE_REASON, list_segments, segment_name
-from rmqlib.verify import verify_store
+from rmqlib.store.inventory import FileKind, take_inventory
+from rmqlib.store.verify import verify_store
 
 pytestmark = pytest.mark.broker
 
@@ -27,7 +27,7 @@ IPV4_BODY_POSITION = 88  # spec §2.1: BODYLENGTH at 84, body right after, for I
 
 
 def rmq(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rmqlib.cli", *args],
+    return subprocess.run([sys.executable, "-m", "rmqlib.cli.main", *args],
                           capture_output=True, text=True, check=False, timeout=300)
 
 
@@ -261,7 +261,7 @@ def test_files_a_kill_left_unsized_are_warnings_not_damage(
     file of the commitlog or of a consume queue. Each holds nothing: verify warns with the
     reason, accounts 0 bytes and raises no error, and the load plan neither decodes nor
     quarantines them."""
-    from jobs.plan import plan_load
+    from jobs.load.plan import plan_load
 
     store = tmp_path / "store"
     shutil.copytree(broker_stores["v4-killed"] / "store", store)

@@ -23,7 +23,7 @@ def _apply(spec: str) -> None:
 
     import pyarrow as pa
 
-    from jobs import decode_tasks
+    from jobs.load import decode_tasks
 
     for item in filter(None, spec.split(",")):
         if item == "nosha":

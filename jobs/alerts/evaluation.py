@@ -34,16 +34,16 @@ from urllib.parse import quote
 
 import yaml
 
-from jobs.consumer_status import RANK, STATUSES, StatusSettings
+from jobs.check.consumer_status import RANK, STATUSES, StatusSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from jobs.tables import Registry
+    from jobs.lakehouse.tables import Registry
 
 log = logging.getLogger(__name__)
 
-DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config" / "alerts.yaml"
+DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "config" / "alerts.yaml"
 ERROR, WARNING = "error", "warning"
 INFO = "info"
 SEVERITY_RANK = {ERROR: 0, WARNING: 1}          # what a threshold can be configured as
@@ -541,7 +541,7 @@ def expectation_findings(rules: AlertRules, failed: Iterable[Any]) -> list[Findi
     """A line per failed Great Expectations rule of an alerting severity.
 
     Takes dicts or records with table, rule, severity, description, observed (such as
-    ``jobs.expectations.Failure``).
+    ``jobs.check.expectations.Failure``).
     """
     findings = []
     for item in failed:
@@ -748,8 +748,8 @@ def condition_history(registry: Registry, rules: AlertRules, broker: str,
     to one snapshot older than the reminder horizon (so a condition's start is known when
     a reminder can fall due), re-derived from their stored rows. Great Expectations
     results are not stored per snapshot, so they are not part of it (see the README)."""
-    from jobs import tables as T
-    from jobs.consumer_status import checked_snapshots
+    from jobs.check.consumer_status import checked_snapshots
+    from jobs.lakehouse import tables as T
 
     earlier = [s for s in checked_snapshots(registry, broker, snapshot_id)
                if s.snapshot_id != snapshot_id]
@@ -781,8 +781,8 @@ MAX_HISTORY = 60
 def record_alert(spark: SparkSession, registry: Registry, alert: Alert,
                  delivery: Mapping[str, str]) -> None:
     """Write the alert's row, replacing any earlier row of its (broker, snapshot)."""
-    from jobs import tables as T
-    from jobs.delta_io import replace_where, sql_string
+    from jobs.lakehouse import tables as T
+    from jobs.lakehouse.delta_io import replace_where, sql_string
 
     table = registry.ensure(names=False)[T.ALERTS]
     schema = table.contract.spark_schema()
@@ -808,7 +808,7 @@ def _log_alert(alert: Alert, delivery: Mapping[str, str]) -> None:
 
 def previous_delivery(registry: Registry, broker: str, snapshot_id: str) -> dict[str, str] | None:
     """The delivery map of the snapshot's recorded alert, or None when there is none."""
-    from jobs import tables as T
+    from jobs.lakehouse import tables as T
 
     rows = registry.read_rows(T.ALERTS, broker=broker, snapshot_id=snapshot_id)
     if not rows:
@@ -821,7 +821,7 @@ def recorded_alert(registry: Registry, broker: str,
                    snapshot_id: str) -> tuple[Alert, dict[str, str]] | None:
     """The snapshot's recorded alert and its delivery map, or None: what the DAG's alert
     task delivers (the check job recorded it with every channel "pending")."""
-    from jobs import tables as T
+    from jobs.lakehouse import tables as T
 
     rows = registry.read_rows(T.ALERTS, broker=broker, snapshot_id=snapshot_id)
     if not rows:

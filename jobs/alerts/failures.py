@@ -4,7 +4,7 @@ A task killed from outside (SIGKILL, the kernel's OOM killer, a lost worker) nev
 own ``on_failure_callback``: nothing in the dead process can say anything. So the DAG ends
 with one more task that runs whatever happened before it (trigger rule ``all_done``),
 reads the states of the run's task instances and turns the failed ones into an
-:class:`~jobs.alerts.Alert` naming the broker and the task. The states come from the
+:class:`~jobs.alerts.evaluation.Alert` naming the broker and the task. The states come from the
 orchestrator (Airflow's ``get_task_states``); this module only reads them, so it stays
 free of Airflow: ``{task_id: state}``, mapped task instances as ``<task_id>_<map index>``,
 the map index being the broker's position in the run's broker list.
@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from jobs.alerts import ERROR, Alert
+from jobs.alerts.evaluation import ERROR, Alert
 
 FAILED, UPSTREAM_FAILED = "failed", "upstream_failed"
 BROKER_GROUP = "broker."

@@ -1,11 +1,11 @@
-"""The consistency checks: one SQL query each over a snapshot's views (jobs.snapshot_views).
+"""The consistency checks: one SQL query each over a snapshot's views (jobs.check.views).
 
 Every check is explainable from the spec (store-format.md §8, numbers in brackets) and
 returns *findings*: one row per scope (a queue, a group's queue, a file, the broker) with
 how many items it covers, what should hold, what holds instead, a few offsets to start
 from, and a one-line explanation. A check that finds nothing returns no row.
 
-Each query yields the columns of ``FINDING_COLUMNS``; :mod:`jobs.reconcile` adds broker,
+Each query yields the columns of ``FINDING_COLUMNS``; :mod:`jobs.check.reconcile` adds broker,
 snapshot and time and writes them to ``check_results``.
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jobs.delta_io import sql_string
-from jobs.snapshot_views import SnapshotScope
+from jobs.check.views import SnapshotScope
+from jobs.lakehouse.delta_io import sql_string
 
 FINDING_COLUMNS = ("check_name", "severity", "scope", "topic", "queue_id", "group_name",
                    "affected", "expected", "observed", "sample_offsets", "explanation")
@@ -534,7 +534,7 @@ CHECKS: tuple[Check, ...] = (
         )),
 )
 
-# Derived views the checks share (created and cached by jobs.reconcile after jobs.lag's
+# Derived views the checks share (created and cached by jobs.check.reconcile after jobs.check.lag's
 # rc_lag): each is computed once although several checks read it.
 DERIVED_VIEWS = {
     # units joined with the records they point at, and what each should be

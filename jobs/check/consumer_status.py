@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from jobs.tables import Registry
+    from jobs.lakehouse.tables import Registry
 
 log = logging.getLogger(__name__)
 
@@ -314,7 +314,7 @@ def _group_row(broker: str, current: Snapshot, group: str, rows: Sequence[dict[s
 def checked_snapshots(registry: Registry, broker: str, snapshot_id: str) -> list[Snapshot]:
     """The broker's snapshots up to and including ``snapshot_id``, oldest first (by the
     load's sequence number), with their taken_at."""
-    from jobs import tables as T
+    from jobs.lakehouse import tables as T
 
     rows = registry.read_rows(T.SNAPSHOTS, broker=broker)
     by_id = {r["snapshot_id"]: r for r in rows}
@@ -333,7 +333,7 @@ def judge_snapshot(spark: SparkSession, registry: Registry, broker: str, snapsho
     The window is the last ``settings.window`` snapshots up to this one that have
     consumer_lag rows (a snapshot whose check never ran is skipped, not judged as empty).
     """
-    from jobs import tables as T
+    from jobs.lakehouse import tables as T
 
     lag_by_snapshot: dict[str, list[dict[str, Any]]] = {}
     checked: list[Snapshot] = []  # newest first: this one, then earlier ones with lag rows
@@ -362,8 +362,8 @@ def judge_snapshot(spark: SparkSession, registry: Registry, broker: str, snapsho
 def write_status(spark: SparkSession, registry: Registry, broker: str, snapshot_id: str,
                  rows: Sequence[Mapping[str, Any]]) -> None:
     """Replace the snapshot's rows (``replaceWhere``): judging it twice leaves one copy."""
-    from jobs import tables as T
-    from jobs.delta_io import replace_where, sql_string
+    from jobs.lakehouse import tables as T
+    from jobs.lakehouse.delta_io import replace_where, sql_string
 
     table = registry.ensure(names=False)[T.CONSUMER_STATUS]
     schema = table.contract.spark_schema()

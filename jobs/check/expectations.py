@@ -42,8 +42,8 @@ from great_expectations.expectations.metadata_types import FailureSeverity
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.contracts import Contract, quote_identifier
-from jobs.tables import LOAD_RUNS, LOAD_STATE, RETENTION_GAPS, Registry
+from jobs.lakehouse.contracts import Contract, quote_identifier
+from jobs.lakehouse.tables import LOAD_RUNS, LOAD_STATE, RETENTION_GAPS, Registry
 
 if TYPE_CHECKING:
     from great_expectations.core import (

@@ -13,15 +13,15 @@ into a negative lag:
   above_max   the offset is past the last message written
   no_queue    an offset for a queue the store has no units for and topics.json does not list
 
-Runs as one Spark SQL query over the views of :mod:`jobs.snapshot_views`.
+Runs as one Spark SQL query over the views of :mod:`jobs.check.views`.
 """
 
 from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
 
-from jobs.checks import SYSTEM_TOPIC
-from jobs.snapshot_views import SnapshotScope
+from jobs.check.checks import SYSTEM_TOPIC
+from jobs.check.views import SnapshotScope
 
 TOPIC_KIND_SQL = """
     CASE WHEN left({t}, 7) = '%RETRY%' THEN 'retry'

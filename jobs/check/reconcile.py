@@ -1,8 +1,8 @@
 """The reconcile job: check one loaded snapshot and compute its consumer lag.
 
-Reads only the Delta tables (never the store), runs every check of :mod:`jobs.checks` and
-the lag of :mod:`jobs.lag` as Spark SQL over the snapshot's views
-(:mod:`jobs.snapshot_views`), and replaces that snapshot's rows of ``check_results`` and
+Reads only the Delta tables (never the store), runs every check of :mod:`jobs.check.checks` and
+the lag of :mod:`jobs.check.lag` as Spark SQL over the snapshot's views
+(:mod:`jobs.check.views`), and replaces that snapshot's rows of ``check_results`` and
 ``consumer_lag`` (``replaceWhere`` on broker and snapshot: re-running gives the same
 tables). Only the findings' counts per severity come back to the driver.
 """
@@ -18,12 +18,12 @@ from functools import reduce
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs import tables as T
-from jobs.checks import CHECKS, DERIVED_VIEWS, FINDING_COLUMNS
-from jobs.delta_io import replace_where
-from jobs.lag import consumer_lag
-from jobs.snapshot_views import SnapshotScope, create_views, drop_views, snapshot_scope
-from jobs.tables import Registry
+from jobs.check.checks import CHECKS, DERIVED_VIEWS, FINDING_COLUMNS
+from jobs.check.lag import consumer_lag
+from jobs.check.views import SnapshotScope, create_views, drop_views, snapshot_scope
+from jobs.lakehouse import tables as T
+from jobs.lakehouse.delta_io import replace_where
+from jobs.lakehouse.tables import Registry
 
 log = logging.getLogger(__name__)
 

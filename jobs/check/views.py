@@ -4,8 +4,9 @@ The fact tables keep every row any load ever saw (history beyond the broker's re
 so "the store at snapshot S" has to be cut out of them: rows first seen in S or an earlier
 snapshot of the broker, and for the commitlog only offsets the store still held at S
 ([commitlog_min_offset, commitlog_max_offset) of the snapshot row). State tables are
-simply the rows of S. The checks (``jobs.checks``) and the lag (``jobs.lag``) are SQL over
-these views; nothing is collected to the driver but the one snapshot row.
+simply the rows of S. The checks (``jobs.check.checks``) and the lag
+(``jobs.check.lag``) are SQL over these views; nothing is collected to the driver but the
+one snapshot row.
 
 Views (``rc_`` = reconcile):
   rc_msg      records in the store at S
@@ -28,10 +29,10 @@ from pyspark.sql import SparkSession
 from pyspark.sql.functions import pandas_udf
 from pyspark.sql.types import IntegerType, LongType
 
-from jobs import tables as T
-from jobs.delta_io import sql_string
-from jobs.tables import Registry
-from rmqlib.javahash import index_key_hashes, java_string_hashes
+from jobs.lakehouse import tables as T
+from jobs.lakehouse.delta_io import sql_string
+from jobs.lakehouse.tables import Registry
+from rmqlib.common.javahash import index_key_hashes, java_string_hashes
 
 
 class SnapshotNotLoadedError(LookupError):

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import DataType, StructType
 
-CONTRACTS_DIR = Path(__file__).resolve().parent.parent / "data_contracts"
+CONTRACTS_DIR = Path(__file__).resolve().parents[2] / "data_contracts"
 
 API_VERSIONS = ("v3.1.0", "v3.2.0")
 ID_PREFIX = "urn:rmq-lakehouse:"

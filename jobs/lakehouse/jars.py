@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from importlib.metadata import version as installed_version
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 POM = REPO_ROOT / "jvm" / "pom.xml"
 DEFAULT_CACHE = REPO_ROOT / ".cache" / "jars"
 COMPLETE_MARKER = ".complete"
@@ -113,7 +113,7 @@ def _fetch_with_maven(target: Path, versions: JvmVersions) -> None:
 
 
 def main() -> int:
-    """``python -m jobs.jars``: fetch the jars (if needed) and list them."""
+    """``python -m jobs.lakehouse.jars``: fetch the jars (if needed) and list them."""
     try:
         check_python_agrees(pom_versions())
         for jar in ensure_delta_jars():

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from jobs.jars import REPO_ROOT, check_python_agrees, ensure_delta_jars, pom_versions
+from jobs.lakehouse.jars import REPO_ROOT, check_python_agrees, ensure_delta_jars, pom_versions
 
 DEFAULT_MASTER = "local[2]"
 DEFAULT_WAREHOUSE = REPO_ROOT / ".cache" / "warehouse"
@@ -107,5 +107,5 @@ def _require_delta_on_driver(session: SparkSession, jar_dir: Path) -> None:
         session.stop()
         raise RuntimeError(
             f"the Delta jars are not on the driver's classpath: run spark-submit with "
-            f"--jars \"$(python -m jobs.jars | paste -sd, -)\" (they are in {jar_dir})"
+            f"--jars \"$(python -m jobs.lakehouse.jars | paste -sd, -)\" (they are in {jar_dir})"
         ) from None

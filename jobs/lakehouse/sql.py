@@ -1,8 +1,8 @@
 """SQL over the lakehouse tables by name, and the saved example queries.
 
 Every table is registered as ``rmq.<table>`` in the session catalog from the registry
-(``jobs.tables``), so any session — the CLI's, a notebook's, a test's — sees the same
-tables without sharing a metastore. Saved queries live in ``jobs/queries/*.sql``: a
+(``jobs.lakehouse.tables``), so any session — the CLI's, a notebook's, a test's — sees the same
+tables without sharing a metastore. Saved queries live in ``jobs/lakehouse/queries/*.sql``: a
 comment header saying what the query answers and which ``:name`` parameters it takes
 (Spark's named parameter markers, so values are never pasted into SQL text).
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
-from jobs.tables import Registry
+from jobs.lakehouse.tables import Registry
 
 QUERIES_DIR = Path(__file__).resolve().parent / "queries"
 _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from jobs.contracts import Contract, load_contracts, schema_drift
+from jobs.lakehouse.contracts import Contract, load_contracts, schema_drift
 
 if TYPE_CHECKING:  # the DAG imports the table names while parsing: no pyspark for that
     from pyspark.sql import DataFrame, SparkSession

@@ -26,14 +26,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rmqlib.accounting import FileAccount
-from rmqlib.batchconsumequeue import decode_bcq_range
-from rmqlib.commitlog_arrow import scan_segment_arrow, unwrap_inner_batches
-from rmqlib.consumequeue import EXT_MAX_ADDR, FILLER_SIZE, decode_cq_range
-from rmqlib.consumequeue_ext import ExtResolver
+from rmqlib.commitlog.arrow import scan_segment_arrow, unwrap_inner_batches
+from rmqlib.common.accounting import FileAccount
+from rmqlib.common.fileio import read_range
 from rmqlib.errors import StoreError
-from rmqlib.fileio import read_range
 from rmqlib.indexfile import INDEX_ENTRY_SIZE, IndexFile
+from rmqlib.queues.batchconsumequeue import decode_bcq_range
+from rmqlib.queues.consumequeue import EXT_MAX_ADDR, FILLER_SIZE, decode_cq_range
+from rmqlib.queues.consumequeue_ext import ExtResolver
 
 COMMITLOG = "commitlog"
 CONSUMEQUEUE = "consumequeue"

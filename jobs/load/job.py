@@ -5,7 +5,7 @@ it with the same snapshot id):
 
 1. register the snapshot (``snapshots``, status ``loading``) and give it a sequence
    number; that number is the Delta ``txnVersion`` of every fact append below;
-2. plan decode tasks past the broker's high-water marks (``jobs.plan``);
+2. plan decode tasks past the broker's high-water marks (``jobs.load.plan``);
 3. decode on the executors and append ``messages``, then ``queue_entries`` (units past
    the loaded commitlog wait for the next load), then ``index_entries``; meanwhile, in
    background threads, append the snapshot's state rows (topics, groups, offsets, delay
@@ -35,9 +35,11 @@ from pathlib import Path
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
-from jobs import state_rows
-from jobs import tables as T
-from jobs.decode_tasks import (
+from jobs.lakehouse import tables as T
+from jobs.lakehouse.delta_io import append_once, replace_where, sql_string
+from jobs.lakehouse.tables import Registry
+from jobs.load import state_rows
+from jobs.load.decode_tasks import (
     BATCHCONSUMEQUEUE,
     BODY_POLICIES,
     COMMITLOG,
@@ -50,18 +52,16 @@ from jobs.decode_tasks import (
     read_report,
     run_task,
 )
-from jobs.delta_io import append_once, replace_where, sql_string
-from jobs.plan import (
+from jobs.load.plan import (
     DEFAULT_QUEUE_SPLIT_BYTES,
     DEFAULT_SPLIT_BYTES,
     HighWaterMark,
     LoadPlan,
     plan_load,
 )
-from jobs.tables import Registry
 from rmqlib.config import load_config_dir
 from rmqlib.errors import StoreError
-from rmqlib.inventory import take_inventory
+from rmqlib.store.inventory import take_inventory
 
 LOADING, LOADED = "loading", "loaded"
 Progress = Callable[[str], None]

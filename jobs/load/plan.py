@@ -17,16 +17,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jobs.decode_tasks import BATCHCONSUMEQUEUE, COMMITLOG, CONSUMEQUEUE, INDEX, Task
-from rmqlib.batchconsumequeue import BCQ_UNIT_SIZE
-from rmqlib.commitlog import read_record_at, split_ranges
-from rmqlib.consumequeue import CQ_UNIT_SIZE, QueueDir, walk_queue_tree
+from jobs.load.decode_tasks import BATCHCONSUMEQUEUE, COMMITLOG, CONSUMEQUEUE, INDEX, Task
+from rmqlib.commitlog.records import read_record_at, split_ranges
+from rmqlib.common.fileio import has_nonzero_after
+from rmqlib.common.segments import Segment, list_segments
 from rmqlib.errors import StoreError
-from rmqlib.fileio import has_nonzero_after
-from rmqlib.growth import growth_of
 from rmqlib.indexfile import list_index_files
-from rmqlib.inventory import FileKind
-from rmqlib.segments import Segment, list_segments
+from rmqlib.queues.batchconsumequeue import BCQ_UNIT_SIZE
+from rmqlib.queues.consumequeue import CQ_UNIT_SIZE, QueueDir, walk_queue_tree
+from rmqlib.store.growth import growth_of
+from rmqlib.store.inventory import FileKind
 
 DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
 DEFAULT_QUEUE_SPLIT_BYTES = 6_000_000  # one default-size consume-queue file

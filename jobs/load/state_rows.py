@@ -15,8 +15,8 @@ from pathlib import Path
 from rmqlib.checkpoint import read_checkpoint
 from rmqlib.config import ConfigDir, ConfigSource
 from rmqlib.errors import StoreError
-from rmqlib.inventory import Inventory
 from rmqlib.markers import read_abort
+from rmqlib.store.inventory import Inventory
 
 Row = tuple[object, ...]
 
@@ -95,11 +95,11 @@ def delay_offset_rows(broker: str, snapshot_id: str, store: Path,
 
 def pending_timer_rows(broker: str, snapshot_id: str, store: Path,
                        config: ConfigDir) -> list[Row]:
-    """Timer messages the broker still has to deliver (rmqlib.timers): timer log units
+    """Timer messages the broker still has to deliver (rmqlib.timers.timer_store): timer log units
     whose tick is not read yet, then wheel-topic records not enqueued yet. A store without
     timer files has none. Bad timer bytes are the verify's business (quarantine does not
     cover them); what cannot be read yields no rows rather than guessed ones."""
-    from rmqlib.timers import read_timer_store
+    from rmqlib.timers.timer_store import read_timer_store
 
     if not (store / "timerlog").is_dir():
         return []

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jobs.load import LoadSummary
+from jobs.load.job import LoadSummary
 
 
 def summary_dict(summary: LoadSummary) -> dict[str, object]:

@@ -29,9 +29,16 @@ from urllib.parse import quote
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.alerts import catch_up_text
-from jobs.consumer_status import STATUSES as CONSUMER_STATUSES
-from jobs.tables import CHECK_RESULTS, CONSUMER_LAG, CONSUMER_STATUS, MESSAGES, SNAPSHOTS, Registry
+from jobs.alerts.evaluation import catch_up_text
+from jobs.check.consumer_status import STATUSES as CONSUMER_STATUSES
+from jobs.lakehouse.tables import (
+    CHECK_RESULTS,
+    CONSUMER_LAG,
+    CONSUMER_STATUS,
+    MESSAGES,
+    SNAPSHOTS,
+    Registry,
+)
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go

@@ -1,12 +1,10 @@
 """Take a dated snapshot of a broker store without touching the store.
 
-Layout: ``<root>/<broker>/<snapshot_id>/store/`` (the copy, read-only files) and
-``<root>/<broker>/<snapshot_id>/manifest.json``. A snapshot is built in
-``<root>/<broker>/.partial-<snapshot_id>/`` and renamed into place when its manifest is
-written, so a snapshot directory that exists is complete; taking a snapshot that exists
+A snapshot is built beside its final place and renamed there when its manifest is written
+(layout and manifest: :mod:`jobs.snapshot.manifest`); taking a snapshot that exists
 returns its manifest and copies nothing (re-runs and backfills are idempotent).
 
-What is copied (``rmqlib.growth`` has the store facts behind each rule):
+What is copied (``rmqlib.store.growth`` has the store facts behind each rule):
 
 * in phases: config, then consume queues and index, then commitlog, then checkpoint, then
   the markers, so that a hot copy stays consistent for the checks;
@@ -18,39 +16,42 @@ What is copied (``rmqlib.growth`` has the store facts behind each rule):
 * preallocated zero tails are not read past a zero run longer than any run inside data,
   and not written: the copy is a sparse file of the source's size that reads back
   byte-identical (holes read as zeros).
-
-The manifest lists every file with its size, data length, sha256 of its data (bytes
-``[0, data_length)``; the rest is zeros), how it was obtained and how many bytes came from
-the broker, plus notes on the broker's state (lock held, abort file present).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import mmap
 import os
 import shutil
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 
-from jobs.store_source import FileReader, SourceError, SourceFile, StoreSource
-from rmqlib.growth import CopyPhase, Growth, data_end, growth_of, last_record_start
-from rmqlib.inventory import FileKind, classify
+from jobs.snapshot.manifest import (
+    CHUNK,
+    COPIED,
+    GROWN,
+    LINKED,
+    MANIFEST,
+    PARTIAL_PREFIX,
+    STORE_DIR,
+    FileEntry,
+    Manifest,
+    broker_dir,
+    complete_snapshots,
+    snapshot_dir,
+    snapshot_store,
+)
+from jobs.snapshot.sources import FileReader, SourceFile, StoreSource
+from rmqlib.store.growth import CopyPhase, Growth, data_end, growth_of, last_record_start
+from rmqlib.store.inventory import FileKind, classify
 
 log = logging.getLogger(__name__)
 
-MANIFEST = "manifest.json"
-STORE_DIR = "store"
-PARTIAL_PREFIX = ".partial-"
-CHUNK = 4 * 2**20
 SPARSE_BLOCK = 64 * 1024
-ID_FORMAT = "%Y-%m-%dT%H%MZ"
-LINKED, GROWN, COPIED = "linked", "grown", "copied"
 PROGRESS_EVERY_S = 5.0
 
 
@@ -60,127 +61,6 @@ class SnapshotError(RuntimeError):
 
 class SnapshotInPastError(SnapshotError):
     """The logical date is older than a snapshot already taken: the store's past is gone."""
-
-
-def snapshot_id_for(moment: datetime) -> str:
-    """One snapshot id per logical date: UTC, minute resolution, sorts by time."""
-    return moment.astimezone(UTC).strftime(ID_FORMAT)
-
-
-def snapshot_time(snapshot_id: str) -> datetime | None:
-    """The time a DAG-made snapshot id stands for; None for ids made by hand."""
-    try:
-        return datetime.strptime(snapshot_id, ID_FORMAT).replace(tzinfo=UTC)
-    except ValueError:
-        return None
-
-
-# --------------------------------------------------------------------------- manifest
-
-
-@dataclass
-class FileEntry:
-    path: str               # relative to the store root
-    kind: str
-    size: int               # the source file's size (the copy has the same)
-    data_length: int        # bytes up to the end of its data; the rest is zeros
-    sha256: str             # of bytes [0, data_length)
-    how: str                # linked | grown | copied
-    from_broker: int        # bytes read from the broker for this file
-    reused: int             # bytes taken from the previous snapshot
-    finished: bool          # a later file of its queue has data: it will not change
-    mtime_ns: int
-    resume_at: int = 0      # where the next snapshot re-reads this file from the broker
-
-
-@dataclass
-class Manifest:
-    broker: str
-    snapshot_id: str
-    source: str
-    started_at: str
-    finished_at: str = ""
-    previous: str | None = None
-    broker_running: bool = False
-    abort_present: bool = False
-    notes: list[str] = field(default_factory=list)
-    files: list[FileEntry] = field(default_factory=list)
-    seconds: float = 0.0
-    existing: bool = False  # not written: True when this run found the snapshot made
-
-    @property
-    def from_broker(self) -> int:
-        return sum(f.from_broker for f in self.files)
-
-    @property
-    def reused(self) -> int:
-        return sum(f.reused for f in self.files)
-
-    @property
-    def data_bytes(self) -> int:
-        return sum(f.data_length for f in self.files)
-
-    @property
-    def zero_tail_bytes(self) -> int:
-        return sum(f.size - f.data_length for f in self.files)
-
-    def count(self, how: str) -> int:
-        return sum(1 for f in self.files if f.how == how)
-
-    def to_json(self) -> str:
-        document = asdict(self)
-        document.pop("existing")
-        document["totals"] = {
-            "files": len(self.files), "bytes": sum(f.size for f in self.files),
-            "data_bytes": self.data_bytes, "zero_tail_bytes": self.zero_tail_bytes,
-            "from_broker": self.from_broker, "reused": self.reused,
-            **{how: self.count(how) for how in (LINKED, GROWN, COPIED)},
-        }
-        return json.dumps(document, indent=1)
-
-    @classmethod
-    def load(cls, path: Path) -> Manifest:
-        document = json.loads(path.read_text())
-        document.pop("totals", None)
-        files = [FileEntry(**entry) for entry in document.pop("files")]
-        return cls(**document, files=files)
-
-    def summary(self) -> str:
-        """One line for the log and the run summary."""
-        mib = 2**20
-        rate = self.from_broker / mib / self.seconds if self.seconds else 0.0
-        line = (f"{self.broker} snapshot {self.snapshot_id}: {len(self.files)} files, "
-                f"{self.from_broker / mib:.1f} MiB read from the broker ({rate:.1f} MiB/s), "
-                f"{self.reused / mib:.1f} MiB reused from {self.previous or 'no earlier snapshot'}"
-                f" ({self.count(LINKED)} hard links, {self.count(GROWN)} grown), "
-                f"{self.zero_tail_bytes / mib:.1f} MiB of zero tails not copied")
-        if self.existing:
-            line += " (already taken: nothing copied)"
-        return line
-
-
-# --------------------------------------------------------------------------- layout
-
-
-def broker_dir(root: Path, broker: str) -> Path:
-    return Path(root) / broker
-
-
-def snapshot_dir(root: Path, broker: str, snapshot_id: str) -> Path:
-    return broker_dir(root, broker) / snapshot_id
-
-
-def snapshot_store(root: Path, broker: str, snapshot_id: str) -> Path:
-    return snapshot_dir(root, broker, snapshot_id) / STORE_DIR
-
-
-def complete_snapshots(root: Path, broker: str) -> list[str]:
-    """Ids of the broker's complete snapshots, oldest first."""
-    directory = broker_dir(root, broker)
-    if not directory.is_dir():
-        return []
-    return sorted(p.name for p in directory.iterdir()
-                  if not p.name.startswith(".") and (p / MANIFEST).is_file())
 
 
 # --------------------------------------------------------------------------- taking one
@@ -398,7 +278,7 @@ class _Copier:
 
 
 def _resume_at(copy: Path, growth: Growth, walked_to: int, end: int) -> int:
-    """Where the next snapshot re-reads this file from (see ``rmqlib.growth``)."""
+    """Where the next snapshot re-reads this file from (see ``rmqlib.store.growth``)."""
     if growth.records:
         if end <= walked_to:
             return walked_to
@@ -485,79 +365,3 @@ class _Rate:
             rate = self.bytes / 2**20 / (now - self.started)
             self.progress(f"{self.broker}: {self.bytes / 2**20:.1f} MiB read from the broker "
                           f"({rate:.1f} MiB/s), now {current}")
-
-
-# --------------------------------------------------------------------------- checking and retention
-
-
-def verify_snapshot(root: str | Path, broker: str, snapshot_id: str) -> list[str]:
-    """Problems of a snapshot against its manifest (empty when it is intact)."""
-    directory = snapshot_dir(Path(root), broker, snapshot_id)
-    manifest = Manifest.load(directory / MANIFEST)
-    problems = []
-    for entry in manifest.files:
-        path = directory / STORE_DIR / entry.path
-        if not path.is_file() or path.stat().st_size != entry.size:
-            problems.append(f"{entry.path}: missing or not {entry.size} bytes")
-            continue
-        digest = hashlib.sha256()
-        with open(path, "rb") as handle:
-            remaining = entry.data_length
-            while remaining:
-                chunk = handle.read(min(CHUNK, remaining))
-                digest.update(chunk)
-                remaining -= len(chunk)
-            tail = handle.read()
-        if digest.hexdigest() != entry.sha256:
-            problems.append(f"{entry.path}: sha256 of its data differs from the manifest")
-        if any(tail):
-            problems.append(f"{entry.path}: non-zero bytes after its data length")
-    return problems
-
-
-@dataclass
-class Cleanup:
-    removed: list[str]
-    kept: list[str]
-    partials_removed: list[str]
-
-
-def clean_up_snapshots(root: str | Path, broker: str, current: str,
-                       retention_days: float) -> Cleanup:
-    """Delete the broker's snapshots older than ``retention_days`` before ``current``.
-
-    Never the current snapshot, nor the newest one (the next snapshot reuses its files),
-    nor one whose id is not a DAG-made date (made by hand: left to its owner). Leftover
-    partial directories of other snapshot ids are removed.
-    """
-    root = Path(root)
-    now = snapshot_time(current)
-    snapshots = complete_snapshots(root, broker)
-    protected = {current, *(snapshots[-1:])}
-    removed, kept = [], []
-    for snapshot in snapshots:
-        taken = snapshot_time(snapshot)
-        too_old = (now is not None and taken is not None
-                   and (now - taken).total_seconds() > retention_days * 86400)
-        if too_old and snapshot not in protected:
-            _remove_tree(snapshot_dir(root, broker, snapshot))
-            removed.append(snapshot)
-        else:
-            kept.append(snapshot)
-    partials = []
-    directory = broker_dir(root, broker)
-    for partial in directory.glob(f"{PARTIAL_PREFIX}*") if directory.is_dir() else []:
-        if partial.name != f"{PARTIAL_PREFIX}{current}":
-            _remove_tree(partial)
-            partials.append(partial.name)
-    return Cleanup(removed, kept, partials)
-
-
-def _remove_tree(path: Path) -> None:
-    shutil.rmtree(path)  # read-only files go with their (writable) directories
-
-
-__all__ = ["Cleanup", "FileEntry", "Manifest", "SnapshotError", "SnapshotInPastError",
-           "SourceError", "clean_up_snapshots", "complete_snapshots", "snapshot_dir",
-           "snapshot_id_for", "snapshot_store", "snapshot_time", "take_snapshot",
-           "verify_snapshot"]

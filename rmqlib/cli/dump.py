@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from rmqlib.accounting import FileAccount
+from rmqlib.common.accounting import FileAccount
 
 UNREADABLE, ZERO_TAIL, BLANK = "unreadable", "zero tail", "blank"
 FLUSH_EVERY = 512

@@ -29,10 +29,10 @@ from rmqlib.errors import StoreError
 # Each command imports the decoders it needs when it runs: `rmq --help` and the small
 # dumps (config, checkpoint) start without numpy, pyarrow or pandas.
 if TYPE_CHECKING:
-    from rmqlib.accounting import FileAccount
-    from rmqlib.commitlog import CommitLogRecord
-    from rmqlib.dump import Output, Window
-    from rmqlib.innerbatch import InnerMessage
+    from rmqlib.cli.dump import Output, Window
+    from rmqlib.commitlog.innerbatch import InnerMessage
+    from rmqlib.commitlog.records import CommitLogRecord
+    from rmqlib.common.accounting import FileAccount
 
 # 0 clean; 1 findings (verify: an invariant broken; dump: unreadable bytes met; get: no
 # match); 2 bad command line; 3 bad input (a path that is not a store file, a corrupt
@@ -160,7 +160,7 @@ def existing(path: str) -> Path:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from rmqlib.inventory import take_inventory
+    from rmqlib.store.inventory import take_inventory
 
     inventory = take_inventory(existing(args.store))
     summary = {
@@ -191,7 +191,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def _dump(args: argparse.Namespace, noun: str,
           files: Callable[[Window, Output], Iterator[tuple[FileAccount, int]]]) -> int:
     """Run one dump: items and regions of each file, then the account line."""
-    from rmqlib.dump import Output, Totals, Window
+    from rmqlib.cli.dump import Output, Totals, Window
 
     out, window, totals = Output(args.json), Window(args.offset, args.limit), Totals(noun)
     try:
@@ -209,7 +209,7 @@ def _dump(args: argparse.Namespace, noun: str,
 def _show(window: Window, out: Output, item: Any, row: Callable[[], dict[str, Any]],
           text: Callable[[], str]) -> bool:
     """Show a region, or an item inside the window; False once the window is full."""
-    from rmqlib.dump import Region
+    from rmqlib.cli.dump import Region
 
     if isinstance(item, Region):
         if window.seen >= window.offset:
@@ -221,10 +221,10 @@ def _show(window: Window, out: Output, item: Any, row: Callable[[], dict[str, An
 
 
 def dump_commitlog(args: argparse.Namespace) -> int:
-    from rmqlib.commitlog import scan_segment
-    from rmqlib.commitlog_walk import Gap
-    from rmqlib.dump import BLANK, UNREADABLE, ZERO_TAIL, Region
-    from rmqlib.segments import list_segments
+    from rmqlib.cli.dump import BLANK, UNREADABLE, ZERO_TAIL, Region
+    from rmqlib.commitlog.records import scan_segment
+    from rmqlib.commitlog.walk import Gap
+    from rmqlib.common.segments import list_segments
 
     path = existing(args.path)
     if path.is_file():
@@ -259,7 +259,7 @@ def dump_commitlog(args: argparse.Namespace) -> int:
 def _show_members(out: Output, record: CommitLogRecord, with_body: bool) -> None:
     """The messages inside an inner-batch record, each on its own line after it: what a
     consumer receives. A body that does not split into members is reported (exit 1)."""
-    from rmqlib.innerbatch import inner_num, split_inner_batch
+    from rmqlib.commitlog.innerbatch import inner_num, split_inner_batch
 
     try:
         members = split_inner_batch(record.decompressed_body(), record.queue_offset,
@@ -302,8 +302,8 @@ def _dump_unit_files(args: argparse.Namespace, noun: str, decode_file: Callable[
     every region of the file's account between them. The path may be one file, a queue
     directory, a topic directory or the whole root (``consumequeue/``): every queue under
     it is dumped, each row naming its topic and queue id."""
-    from rmqlib.dump import account_regions, merged
-    from rmqlib.queue_paths import queue_files
+    from rmqlib.cli.dump import account_regions, merged
+    from rmqlib.cli.queue_paths import queue_files
 
     targets = queue_files(existing(args.path))
 
@@ -329,9 +329,9 @@ def _dump_unit_files(args: argparse.Namespace, noun: str, decode_file: Callable[
 def dump_consumequeue(args: argparse.Namespace) -> int:
     """Consume-queue units; ext addresses resolved to their ext unit. A path under
     ``batchconsumequeue/`` or ``consumequeue_ext/`` is dumped with that file's decoder."""
-    from rmqlib.consumequeue import decode_cq_file
-    from rmqlib.consumequeue_ext import ExtResolver
-    from rmqlib.queue_paths import BATCH_ROOT, EXT_ROOT, queue_root_kind
+    from rmqlib.cli.queue_paths import BATCH_ROOT, EXT_ROOT, queue_root_kind
+    from rmqlib.queues.consumequeue import decode_cq_file
+    from rmqlib.queues.consumequeue_ext import ExtResolver
 
     kind = queue_root_kind(existing(args.path))
     if kind == BATCH_ROOT:
@@ -352,7 +352,7 @@ def dump_consumequeue(args: argparse.Namespace) -> int:
 
 
 def dump_batchconsumequeue(args: argparse.Namespace) -> int:
-    from rmqlib.batchconsumequeue import decode_bcq_file
+    from rmqlib.queues.batchconsumequeue import decode_bcq_file
 
     return _dump_unit_files(args, "units", decode_bcq_file, lambda decode: (
         {k: v for k, v in row.items() if k not in ("topic", "queue_id")}
@@ -360,7 +360,7 @@ def dump_batchconsumequeue(args: argparse.Namespace) -> int:
 
 
 def dump_consumequeue_ext(args: argparse.Namespace) -> int:
-    from rmqlib.consumequeue_ext import decode_cqx_file
+    from rmqlib.queues.consumequeue_ext import decode_cqx_file
 
     return _dump_unit_files(args, "units", decode_cqx_file, lambda decode: (
         {"file": decode.path, **dataclasses.asdict(unit),
@@ -368,7 +368,7 @@ def dump_consumequeue_ext(args: argparse.Namespace) -> int:
 
 
 def dump_index(args: argparse.Namespace) -> int:
-    from rmqlib.dump import BLANK, Region, account_regions, merged
+    from rmqlib.cli.dump import BLANK, Region, account_regions, merged
     from rmqlib.indexfile import (
         INDEX_ENTRY_SIZE,
         INDEX_HEADER_SIZE,
@@ -425,7 +425,7 @@ def dump_config(args: argparse.Namespace) -> int:
 
 def dump_checkpoint(args: argparse.Namespace) -> int:
     from rmqlib.checkpoint import read_checkpoint
-    from rmqlib.dump import account_regions
+    from rmqlib.cli.dump import account_regions
 
     path = existing(args.path)
     file = path / "checkpoint" if path.is_dir() else path
@@ -447,8 +447,8 @@ def dump_checkpoint(args: argparse.Namespace) -> int:
 def dump_timerlog(args: argparse.Namespace) -> int:
     """Timer log units (a file, ``timerlog/`` or the store root), with the end-of-file
     blank, zero tails and unreadable slots as regions in between."""
-    from rmqlib.dump import BLANK, Region, account_regions, merged
-    from rmqlib.timerlog import decode_timerlog_file, list_timerlog, magic_names
+    from rmqlib.cli.dump import BLANK, Region, account_regions, merged
+    from rmqlib.timers.timerlog import decode_timerlog_file, list_timerlog, magic_names
 
     path = existing(args.path)
     files = [path] if path.is_file() else [seg.path for seg in list_timerlog(path)]
@@ -475,8 +475,8 @@ def dump_timerlog(args: argparse.Namespace) -> int:
 
 def dump_timerwheel(args: argparse.Namespace) -> int:
     """Used timer wheel slots; runs of empty slots are counted as blank regions."""
-    from rmqlib.dump import BLANK, Region, account_regions, merged
-    from rmqlib.timerwheel import SLOT_SIZE, read_timerwheel
+    from rmqlib.cli.dump import BLANK, Region, account_regions, merged
+    from rmqlib.timers.timerwheel import SLOT_SIZE, read_timerwheel
 
     wheel = read_timerwheel(existing(args.path))
 
@@ -515,8 +515,8 @@ def find_by_queue(store: Path, topic: str, queue_id: int, queue_offset: int) -> 
     """Physical offset of the record holding ``queue_offset`` of ``topic``/``queue_id``:
     from ``consumequeue/``, or for a BatchCQ topic from the ``batchconsumequeue/`` unit
     whose batch [base, base + size) covers it."""
-    from rmqlib.consumequeue import CQ_UNIT_SIZE, decode_cq_file
-    from rmqlib.segments import list_segments
+    from rmqlib.common.segments import list_segments
+    from rmqlib.queues.consumequeue import CQ_UNIT_SIZE, decode_cq_file
 
     batch_dir = store / "batchconsumequeue" / topic / str(queue_id)
     if batch_dir.is_dir():
@@ -533,8 +533,8 @@ def find_by_queue(store: Path, topic: str, queue_id: int, queue_offset: int) -> 
 
 
 def _find_in_batch_queue(directory: Path, topic: str, queue_id: int, queue_offset: int) -> int:
-    from rmqlib.batchconsumequeue import decode_bcq_file
-    from rmqlib.segments import list_segments
+    from rmqlib.common.segments import list_segments
+    from rmqlib.queues.batchconsumequeue import decode_bcq_file
 
     for segment in list_segments(directory):
         fields = decode_bcq_file(segment.path, topic=topic, queue_id=queue_id).fields
@@ -557,7 +557,7 @@ def find_by_key(store: Path, topic: str, key: str) -> list[int]:
 
 
 def records_for(store: Path, offsets: Iterable[int]) -> Iterator[CommitLogRecord]:
-    from rmqlib.commitlog import read_record_at
+    from rmqlib.commitlog.records import read_record_at
 
     for offset in offsets:
         yield read_record_at(store / "commitlog", offset)
@@ -568,7 +568,7 @@ Match = tuple["CommitLogRecord", "InnerMessage | None"]  # a record, or one memb
 
 def members_of(record: CommitLogRecord) -> list[InnerMessage]:
     """The members of an inner-batch record ([] for any other, or an unsplittable body)."""
-    from rmqlib.innerbatch import inner_num, split_inner_batch
+    from rmqlib.commitlog.innerbatch import inner_num, split_inner_batch
 
     if not record.inner_batch:
         return []
@@ -580,7 +580,7 @@ def members_of(record: CommitLogRecord) -> list[InnerMessage]:
 
 
 def cmd_get(args: argparse.Namespace) -> int:
-    from rmqlib.commitlog import read_record_at
+    from rmqlib.commitlog.records import read_record_at
 
     store = existing(args.store)
     matches: list[Match]
@@ -618,8 +618,8 @@ def get_by_msg_id(store: Path, msg_id: str, topic: str | None) -> list[Match]:
     """An offsetMsgId names its record's offset; a UNIQ_KEY is found via the index (with
     --topic) or by scanning the commitlog. Inner-batch members are not in the index (the
     broker indexes the batch's UNIQ_KEY only): for them the scan looks inside batches."""
-    from rmqlib.commitlog import read_record_at, scan_store
-    from rmqlib.msgid import decode_offset_msg_id
+    from rmqlib.commitlog.msgid import decode_offset_msg_id
+    from rmqlib.commitlog.records import read_record_at, scan_store
 
     try:
         decoded = decode_offset_msg_id(msg_id)
@@ -651,7 +651,7 @@ def get_by_msg_id(store: Path, msg_id: str, topic: str | None) -> list[Match]:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from rmqlib.verify import verify_store
+    from rmqlib.store.verify import verify_store
 
     report = verify_store(existing(args.store), verify_crc=not args.no_crc)
     if args.json:

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rmqlib.consumequeue import SEGMENT_NAME, walk_queue_tree
-from rmqlib.dump import Region
+from rmqlib.cli.dump import Region
+from rmqlib.queues.consumequeue import SEGMENT_NAME, walk_queue_tree
 
 CQ_ROOT, BATCH_ROOT, EXT_ROOT = "consumequeue", "batchconsumequeue", "consumequeue_ext"
 QUEUE_ROOTS = (CQ_ROOT, BATCH_ROOT, EXT_ROOT)

@@ -1,7 +1,7 @@
 """Commitlog records as Arrow RecordBatches with one fixed schema (the bulk path).
 
-Same framing, resync and byte accounting as :mod:`rmqlib.commitlog` (both sit on
-:mod:`rmqlib.commitlog_walk`), but no Python object per record: the walker hands over
+Same framing, resync and byte accounting as :mod:`rmqlib.commitlog.records` (both sit on
+:mod:`rmqlib.commitlog.walk`), but no Python object per record: the walker hands over
 runs of validated record positions and every column is gathered with numpy from those
 offsets (strided big-endian views, fancy indexing) or built by Arrow compute kernels
 (properties split/map, KEYS split). Per record only ``zlib.crc32`` runs (C code, one call
@@ -66,10 +66,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rmqlib import commitlog_layout as L
-from rmqlib import compression as codecs
-from rmqlib import properties as props
-from rmqlib.commitlog_walk import (
+from rmqlib.commitlog import compression as codecs
+from rmqlib.commitlog import layout as L
+from rmqlib.commitlog import properties as props
+from rmqlib.commitlog.msgid import ip_to_string, offset_msg_id_from_bytes
+from rmqlib.commitlog.walk import (
     DEFAULT_MAX_RUN,
     DEFAULT_WINDOW_SIZE,
     HEADER_V4,
@@ -82,7 +83,6 @@ from rmqlib.commitlog_walk import (
     strided_view,
 )
 from rmqlib.errors import CorruptDataError
-from rmqlib.msgid import ip_to_string, offset_msg_id_from_bytes
 
 _NN = False  # nullable=False, for readability of the schema below
 
@@ -690,7 +690,7 @@ def _members_of(records: pa.RecordBatch) -> tuple[pa.RecordBatch, list[int]]:
     """The inner-batch ``records`` as their members, in order, and how many rows each
     became: a record whose body does not split stays one row with the reason in
     ``body_error``."""
-    from rmqlib.innerbatch import inner_num, split_inner_batch
+    from rmqlib.commitlog.innerbatch import inner_num, split_inner_batch
 
     take: list[int] = []
     own: dict[str, list[object]] = {name: [] for name in _MEMBER_OWN}

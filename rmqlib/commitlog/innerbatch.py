@@ -24,7 +24,7 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from rmqlib import properties as props
+from rmqlib.commitlog import properties as props
 from rmqlib.errors import CorruptDataError, TruncatedDataError
 
 MEMBER_HEADER = struct.Struct(">iiiii")  # size, magic, body CRC, flag, body length

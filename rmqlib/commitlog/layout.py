@@ -61,7 +61,7 @@ LENGTH_RULE_CONSTANT = 74
 MIN_RECORD_LENGTH = LENGTH_RULE_CONSTANT + 2 * IPV4_HOST_LENGTH + 1  # 91: v1, IPv4, empty
 MAX_RECORD_OVERHEAD = LENGTH_RULE_CONSTANT + 2 * IPV6_HOST_LENGTH + 2  # 116: v2, IPv6
 
-# SYSFLAG bits (MessageSysFlag; the compression bits live in rmqlib.compression).
+# SYSFLAG bits (MessageSysFlag; the compression bits live in rmqlib.commitlog.compression).
 COMPRESSED_FLAG = 0x001
 MULTI_TAGS_FLAG = 0x002
 TRANSACTION_TYPE_MASK = 0x00C

@@ -1,7 +1,7 @@
 """CommitLog records, one at a time: scan a segment (or a byte range of it), a whole
 store, or look one record up by physical offset (spec §2, §8).
 
-Framing, resynchronisation and byte accounting are done by :mod:`rmqlib.commitlog_walk`
+Framing, resynchronisation and byte accounting are done by :mod:`rmqlib.commitlog.walk`
 (its docstring is the reference for the rules); this module turns valid frames into
 :class:`CommitLogRecord` objects. In short:
 
@@ -31,16 +31,17 @@ from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from pathlib import Path
 
-from rmqlib import commitlog_layout as L
-from rmqlib import compression as codecs
-from rmqlib import properties as props
-from rmqlib.commitlog_layout import (
+from rmqlib.commitlog import compression as codecs
+from rmqlib.commitlog import layout as L
+from rmqlib.commitlog import properties as props
+from rmqlib.commitlog.layout import (
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V1,
     MESSAGE_MAGIC_CODE_V2,
     TransactionType,
 )
-from rmqlib.commitlog_walk import (
+from rmqlib.commitlog.msgid import ip_to_string, offset_msg_id_from_bytes
+from rmqlib.commitlog.walk import (
     DEFAULT_WINDOW_SIZE,
     FrameKind,
     Gap,
@@ -53,9 +54,8 @@ from rmqlib.commitlog_walk import (
     SegmentRangeScan,
     classify_at,
 )
+from rmqlib.common.segments import Segment, list_segments
 from rmqlib.errors import CorruptDataError, StoreError
-from rmqlib.msgid import ip_to_string, offset_msg_id_from_bytes
-from rmqlib.segments import Segment, list_segments
 
 __all__ = [
     "BLANK_MAGIC_CODE",
@@ -135,7 +135,8 @@ class CommitLogRecord(props.PropertyAccess):
 
     @property
     def compression(self) -> int | None:
-        """A :class:`~rmqlib.compression.CompressionType` (or unknown int), None if plain."""
+        """A :class:`~rmqlib.commitlog.compression.CompressionType` (or unknown int),
+        None if plain."""
         return codecs.compression_type(self.sysflag)
 
     @property

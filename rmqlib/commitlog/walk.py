@@ -1,7 +1,7 @@
 """Framing of one commitlog segment: where records start, and what every byte is.
 
-This is the engine under :mod:`rmqlib.commitlog` (one record at a time) and
-:mod:`rmqlib.commitlog_arrow` (column batches). It never decodes field *values*; it finds
+This is the engine under :mod:`rmqlib.commitlog.records` (one record at a time) and
+:mod:`rmqlib.commitlog.arrow` (column batches). It never decodes field *values*; it finds
 valid record frames, BLANKs and gaps, and accounts for every byte of a byte range.
 
 Validity (one predicate, used for sequential scanning *and* resynchronisation):
@@ -22,7 +22,7 @@ reports the *gap* [q, r):
   * r = file end: the logical end of written data. Trailing zeros are ``ZERO_TAIL``; the
     bytes before them (a torn record at the write position, or stale bytes) are
     ``TORN_TAIL``. Whether a torn tail in a *non-last* file is corruption is decided by
-    the store-level scan (:func:`rmqlib.commitlog.scan_store`).
+    the store-level scan (:func:`rmqlib.commitlog.records.scan_store`).
 ZERO_TAIL counts as ``zero_tail`` in the FileAccount, the 8 BLANK bytes as ``blank``,
 CORRUPT and TORN_TAIL as ``unreadable`` regions whose reason starts with the kind.
 The bytes after a BLANK are walked like any others (normally zeros: a zero tail). Valid
@@ -57,10 +57,10 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
-from rmqlib import commitlog_layout as L
-from rmqlib.accounting import FileAccount
+from rmqlib.commitlog import layout as L
+from rmqlib.common.accounting import FileAccount
+from rmqlib.common.segments import parse_segment_name
 from rmqlib.errors import NotAStoreFileError, TruncatedDataError
-from rmqlib.segments import parse_segment_name
 
 DEFAULT_WINDOW_SIZE = 8 * 1024 * 1024
 DEFAULT_MAX_RUN = 16384

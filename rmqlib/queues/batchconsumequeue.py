@@ -5,7 +5,7 @@ mapped-file queue; compaction CQ files use the same unit. Unlike the classic que
 unit's index is *not* a queue offset: each unit carries ``msgBaseOffset`` and
 ``batchSize`` and covers queue offsets [base, base + batchSize).
 
-Accounting per file mirrors :mod:`rmqlib.consumequeue`: units valid by the broker's
+Accounting per file mirrors :mod:`rmqlib.queues.consumequeue`: units valid by the broker's
 recovery rule (offset ≥ 0, size > 0, base ≥ 0, batch > 0) → ``decoded``; the all-zero
 units after the last non-zero one → ``zero_tail``; every other unit before that, and a
 trailing partial unit → ``unreadable``. There is no filler unit in this format.
@@ -20,15 +20,15 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from rmqlib.accounting import FileAccount
-from rmqlib.consumequeue import (
+from rmqlib.common.accounting import FileAccount
+from rmqlib.common.fileio import read_bytes
+from rmqlib.queues.consumequeue import (
     EXT_MAX_ADDR,
     account_units,
     check_unit_start,
     decode_unit_range,
     unit_file_identity,
 )
-from rmqlib.fileio import read_bytes
 
 # BatchConsumeQueue unit layout (CQ_STORE_UNIT_SIZE = 46), big-endian.
 BCQ_UNIT_SIZE = 46

@@ -31,10 +31,10 @@ from typing import TypeVar
 import numpy as np
 import pyarrow as pa
 
-from rmqlib.accounting import FileAccount, UnreadableRegion
+from rmqlib.common.accounting import FileAccount, UnreadableRegion
+from rmqlib.common.fileio import has_nonzero_after, read_bytes, read_range, runs
+from rmqlib.common.segments import SEGMENT_NAME, Segment, parse_segment_name
 from rmqlib.errors import NotAStoreFileError
-from rmqlib.fileio import has_nonzero_after, read_bytes, read_range, runs
-from rmqlib.segments import SEGMENT_NAME, Segment, parse_segment_name
 
 # Unit layout (ConsumeQueue.CQ_STORE_UNIT_SIZE), big-endian.
 CQ_UNIT_SIZE = 20

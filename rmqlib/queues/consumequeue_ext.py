@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from rmqlib.accounting import FileAccount
-from rmqlib.consumequeue import decorate_ext_offset, undecorate_ext_addr, unit_file_identity
+from rmqlib.common.accounting import FileAccount
+from rmqlib.common.fileio import nonzero_span, read_bytes
 from rmqlib.errors import CorruptDataError
-from rmqlib.fileio import nonzero_span, read_bytes
+from rmqlib.queues.consumequeue import decorate_ext_offset, undecorate_ext_addr, unit_file_identity
 
 # CqExtUnit layout (big-endian).
 CQX_SIZE_OFFSET = 0
@@ -226,7 +226,7 @@ class ExtQueue:
 
 def load_ext_queue(directory: str | Path, topic: str, queue_id: int) -> ExtQueue:
     """Decode every ext file of ``consumequeue_ext/<topic>/<queueId>`` (none: empty)."""
-    from rmqlib.segments import list_segments
+    from rmqlib.common.segments import list_segments
 
     directory = Path(directory)
     files = list_segments(directory) if directory.is_dir() else []

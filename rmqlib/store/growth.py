@@ -27,8 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
-from rmqlib.inventory import FileKind
-from rmqlib.timerlog import TL_UNIT_SIZE
+from rmqlib.store.inventory import FileKind
+from rmqlib.timers.timerlog import TL_UNIT_SIZE
 
 MIB = 2**20
 # Longer than any zero run inside commitlog data: the broker's default maxMessageSize is

@@ -4,7 +4,7 @@ Every file under the root gets exactly one :class:`FileKind`; nothing is skipped
 an unexpected file shows up as ``UNKNOWN`` rather than disappearing. Files rmqlib knows
 but does not decode (RocksDB metadata or consume queues of 5.x ``storeType=defaultRocksDB``,
 compaction logs, DLedger) are listed as "present, not decoded" with a message; the 5.x
-timer files are decoded (``rmqlib.timerlog``, ``rmqlib.timerwheel``, ``rmqlib.timers``).
+timer files are decoded (``rmqlib.timers``).
 The broker generation (4.x or 5.x) is inferred from evidence that only one of them
 writes (spec §9), and each piece of evidence is reported.
 """

@@ -37,26 +37,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rmqlib import config as cfg
-from rmqlib.accounting import FileAccount
-from rmqlib.batchconsumequeue import (
-    BCQ_UNIT_SIZE,
-    BcqFileDecode,
-    base_offset_gaps,
-    bcq_bounds,
-    decode_bcq_file,
-)
 from rmqlib.checkpoint import read_checkpoint
-from rmqlib.commitlog import GapKind, naming_issues, tail_issues
-from rmqlib.commitlog_arrow import scan_segment_arrow
-from rmqlib.consumequeue import (
-    CqFileDecode,
-    QueueBounds,
-    QueueTree,
-    decode_queue,
-    queue_bounds,
-    walk_queue_tree,
+from rmqlib.commitlog.arrow import scan_segment_arrow
+from rmqlib.commitlog.properties import INNER_MULTI_DISPATCH, INNER_MULTI_QUEUE_OFFSET, INNER_NUM
+from rmqlib.commitlog.records import GapKind, naming_issues, tail_issues
+from rmqlib.common.accounting import FileAccount
+from rmqlib.common.javahash import index_key_hashes, tags_code
+from rmqlib.common.segments import (
+    UNSIZED_FILE_REASON,
+    Segment,
+    list_segments,
+    segment_issues,
+    unsized_last_file,
 )
-from rmqlib.consumequeue_ext import ExtResolver
 from rmqlib.errors import StoreError
 from rmqlib.indexfile import (
     INDEX_TAG_TYPE,
@@ -64,17 +57,24 @@ from rmqlib.indexfile import (
     IndexFile,
     list_index_files,
 )
-from rmqlib.inventory import Inventory, take_inventory
-from rmqlib.javahash import index_key_hashes, tags_code
-from rmqlib.properties import INNER_MULTI_DISPATCH, INNER_MULTI_QUEUE_OFFSET, INNER_NUM
-from rmqlib.segments import (
-    UNSIZED_FILE_REASON,
-    Segment,
-    list_segments,
-    segment_issues,
-    unsized_last_file,
+from rmqlib.queues.batchconsumequeue import (
+    BCQ_UNIT_SIZE,
+    BcqFileDecode,
+    base_offset_gaps,
+    bcq_bounds,
+    decode_bcq_file,
 )
-from rmqlib.timers import check_timer_store, commitlog_properties, read_timer_store
+from rmqlib.queues.consumequeue import (
+    CqFileDecode,
+    QueueBounds,
+    QueueTree,
+    decode_queue,
+    queue_bounds,
+    walk_queue_tree,
+)
+from rmqlib.queues.consumequeue_ext import ExtResolver
+from rmqlib.store.inventory import Inventory, take_inventory
+from rmqlib.timers.timer_store import check_timer_store, commitlog_properties, read_timer_store
 
 ERROR = "error"
 WARNING = "warning"
@@ -751,7 +751,7 @@ def _check_dispatch_complete(report: VerifyReport, facts: RecordFacts,
 def _check_timers(report: VerifyReport) -> None:
     """§6.4: timer log, wheel and timercheck account for their bytes, each timer log unit
     names its ``rmq_sys_wheel_timer`` record (size, TIMER_OUT_MS, topic hash) and the
-    wheel's slots chain the units of their tick (rmqlib.timers)."""
+    wheel's slots chain the units of their tick (rmqlib.timers.timer_store)."""
     if not ((report.root / "timerlog").is_dir() or (report.root / "timerwheel").is_file()):
         return
     timers = read_timer_store(report.root)

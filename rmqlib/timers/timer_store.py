@@ -7,8 +7,8 @@ How a timer message travels (``TimerMessageStore``, 5.3.3 to 5.5):
    ``TIMER_OUT_MS`` (delivery time), ``REAL_TOPIC`` and ``REAL_QID``.
 2. *Enqueue* reads that queue from ``lastTimerQueueOffset`` on. A record whose delivery
    time already passed (before the current write second) is delivered at once and never
-   gets a timer log unit; any other gets one unit (``rmqlib.timerlog``) and its wheel slot
-   (``rmqlib.timerwheel``) is updated. A delivery beyond the roll window
+   gets a timer log unit; any other gets one unit (``rmqlib.timers.timerlog``) and its wheel slot
+   (``rmqlib.timers.timerwheel``) is updated. A delivery beyond the roll window
    (``timerRollWindowSlot`` ticks, 2 days by default) is written as a ROLL unit due
    within the window instead.
 3. *Dequeue* walks the wheel one tick (``timerPrecisionMs``) at a time from
@@ -20,7 +20,7 @@ How a timer message travels (``TimerMessageStore``, 5.3.3 to 5.5):
 
 Hence the rule :func:`pending_timers` applies: a unit is **pending** when
 
-* it survives recovery: it lies before :func:`rmqlib.timerlog.recovery_end` (the broker
+* it survives recovery: it lies before :func:`rmqlib.timers.timerlog.recovery_end` (the broker
   truncates the timer log at the first unit it rejects after ``lastTimerLogFlushPos``);
 * its tick is not read yet: ``delivery_ms // precision >= lastReadTimeMs // precision``
   (the tick at ``lastReadTimeMs`` itself is still to be read; with an aligned
@@ -49,13 +49,13 @@ from pathlib import Path
 
 import numpy as np
 
-from rmqlib.accounting import FileAccount
 from rmqlib.checkpoint import TimerCheckpoint, read_timercheck
+from rmqlib.commitlog.properties import REAL_TOPIC, TIMER_OUT_MS, UNIQ_KEY
+from rmqlib.common.accounting import FileAccount
+from rmqlib.common.javahash import java_string_hash
+from rmqlib.common.segments import UNSIZED_FILE_REASON, segment_issues, unsized_last_file
 from rmqlib.errors import StoreError
-from rmqlib.javahash import java_string_hash
-from rmqlib.properties import REAL_TOPIC, TIMER_OUT_MS, UNIQ_KEY
-from rmqlib.segments import UNSIZED_FILE_REASON, segment_issues, unsized_last_file
-from rmqlib.timerlog import (
+from rmqlib.timers.timerlog import (
     MAGIC_DEFAULT,
     NO_PREV_POS,
     TIMERLOG_DIR,
@@ -69,7 +69,7 @@ from rmqlib.timerlog import (
     timerlog_columns,
     timerlog_dir,
 )
-from rmqlib.timerwheel import (
+from rmqlib.timers.timerwheel import (
     DEFAULT_PRECISION_MS,
     TIMERWHEEL_FILE,
     TimerWheelDecode,
@@ -193,7 +193,7 @@ def _message_key(unit: TimerLogUnit, properties_of: PropertiesOf | None) -> str 
 def commitlog_properties(commitlog_dir: str | Path) -> PropertiesOf:
     """A :data:`PropertiesOf` reading records from a commitlog directory (None for an
     offset with no valid record there or whose TOTALSIZE is not ``size``)."""
-    from rmqlib.commitlog import read_record_at
+    from rmqlib.commitlog.records import read_record_at
 
     def properties_of(offset: int, size: int) -> Mapping[str, str] | None:
         try:
@@ -222,7 +222,7 @@ def requeue_start(store: str | Path, checkpoint: TimerCheckpoint,
     recovery end (``reviseQueueOffset``; the checkpoint's ``lastTimerQueueOffset`` when
     there is no such unit or record), then at most ``masterTimerQueueOffset``.
     """
-    from rmqlib.commitlog import read_record_at
+    from rmqlib.commitlog.records import read_record_at
 
     start = checkpoint.last_timer_queue_offset
     end = recovery_end(decodes, checkpoint.last_timer_log_flush_pos)
@@ -246,8 +246,8 @@ def unenqueued_timer_records(store: str | Path, checkpoint: TimerCheckpoint,
                              ) -> list[UnenqueuedTimer]:
     """Units of the ``rmq_sys_wheel_timer`` consume queue from :func:`requeue_start` on:
     records the broker will (re-)enqueue, and so deliver, when it starts again."""
-    from rmqlib.consumequeue import decode_cq_file
-    from rmqlib.segments import list_segments
+    from rmqlib.common.segments import list_segments
+    from rmqlib.queues.consumequeue import decode_cq_file
 
     queue_dir = Path(store) / "consumequeue" / TIMER_TOPIC / "0"
     if not queue_dir.is_dir():
@@ -340,7 +340,7 @@ def read_timer_store(root: str | Path, *, precision_ms: int = DEFAULT_PRECISION_
 
 @dataclass(frozen=True)
 class TimerFinding:
-    """One timer inconsistency, shaped like ``rmqlib.verify.Finding``."""
+    """One timer inconsistency, shaped like ``rmqlib.store.verify.Finding``."""
 
     severity: str  # "error" or "warning"
     check: str

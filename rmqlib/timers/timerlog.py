@@ -1,6 +1,6 @@
 """Timer log files (5.x ``timerlog/``): fixed 52-byte units, one per timer enqueue (spec §6.4).
 
-The timer wheel (``rmqlib.timerwheel``) says *which* units fire at a second; the units
+The timer wheel (``rmqlib.timers.timerwheel``) says *which* units fire at a second; the units
 themselves live here, appended in enqueue order by ``TimerMessageStore.doEnqueue`` into a
 mapped-file queue named like the commitlog (20-digit start offset, each file
 ``mappedFileSizeTimerLog`` bytes, 100 MiB by default). A unit's global *position* (file
@@ -48,10 +48,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from rmqlib.accounting import FileAccount
+from rmqlib.common.accounting import FileAccount
+from rmqlib.common.fileio import read_bytes, runs
+from rmqlib.common.segments import Segment, list_segments, parse_segment_name
 from rmqlib.errors import NotAStoreFileError
-from rmqlib.fileio import read_bytes, runs
-from rmqlib.segments import Segment, list_segments, parse_segment_name
 
 # TimerLog unit layout (TimerLog.UNIT_SIZE = 52), big-endian.
 TL_UNIT_SIZE = 52

@@ -32,9 +32,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from rmqlib.accounting import FileAccount
+from rmqlib.common.accounting import FileAccount
+from rmqlib.common.fileio import runs
 from rmqlib.errors import NotAStoreFileError
-from rmqlib.fileio import runs
 
 # Slot layout (Slot.SIZE = 32), big-endian.
 SLOT_SIZE = 32

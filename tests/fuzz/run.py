@@ -32,10 +32,11 @@ CORPUS = HERE / "corpus"
 REGRESSIONS = HERE / "regressions"
 SEED_BYTES = 64 * 1024  # prefixes: small inputs keep libFuzzer fast
 INSTRUMENTED = [f"rmqlib.{name}" for name in (
-    "accounting", "batchconsumequeue", "checkpoint", "cli", "commitlog", "commitlog_arrow",
-    "commitlog_layout", "commitlog_walk", "compression", "config", "consumequeue",
-    "consumequeue_ext", "dump", "fileio", "indexfile", "innerbatch", "msgid", "properties",
-    "timerlog", "timerwheel")]
+    "common.accounting", "queues.batchconsumequeue", "checkpoint", "cli.main",
+    "commitlog.records", "commitlog.arrow", "commitlog.layout", "commitlog.walk",
+    "commitlog.compression", "config", "queues.consumequeue", "queues.consumequeue_ext",
+    "cli.dump", "common.fileio", "indexfile", "commitlog.innerbatch", "commitlog.msgid",
+    "commitlog.properties", "timers.timerlog", "timers.timerwheel")]
 
 
 def _seeds(target: str) -> list[tuple[str, bytes]]:
@@ -71,7 +72,7 @@ def _seeds(target: str) -> list[tuple[str, bytes]]:
             for config in sorted((store / "config").glob("*.json")):
                 add(f"config-{config.name}", config, None)
     if target == "innerbatch":
-        from rmqlib.innerbatch import encode_inner_batch
+        from rmqlib.commitlog.innerbatch import encode_inner_batch
 
         seeds.append(("encoded", encode_inner_batch(
             [(i, bytes([i]) * (3 * i), {"TAGS": f"t{i}", "UNIQ_KEY": f"U{i}"})

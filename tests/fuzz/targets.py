@@ -23,7 +23,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from rmqlib.accounting import FileAccount
+from rmqlib.common.accounting import FileAccount
 from rmqlib.errors import StoreError
 
 SCRATCH = Path(os.environ.get("RMQ_FUZZ_SCRATCH", tempfile.gettempdir())) / (
@@ -57,8 +57,8 @@ def _scratch_file(data: bytes, name: str = SEGMENT_NAME) -> Path:
 
 def commitlog(data: bytes) -> None:
     """Whole segment: record path and Arrow path agree, accounts balance."""
-    from rmqlib.commitlog import scan_segment
-    from rmqlib.commitlog_arrow import scan_segment_arrow
+    from rmqlib.commitlog.arrow import scan_segment_arrow
+    from rmqlib.commitlog.records import scan_segment
 
     path = _scratch_file(data)
     scan = scan_segment(path)
@@ -82,7 +82,7 @@ def commitlog(data: bytes) -> None:
 def commitlog_ranges(data: bytes) -> None:
     """The segment cut in byte ranges (as the Spark load splits it): together the ranges
     yield each record of the whole-file scan exactly once and account every byte once."""
-    from rmqlib.commitlog import scan_segment, split_ranges
+    from rmqlib.commitlog.records import scan_segment, split_ranges
 
     if len(data) < 2:
         return
@@ -104,7 +104,7 @@ def commitlog_ranges(data: bytes) -> None:
 
 
 def consumequeue(data: bytes) -> None:
-    from rmqlib.consumequeue import decode_cq_bytes
+    from rmqlib.queues.consumequeue import decode_cq_bytes
 
     decode = decode_cq_bytes(data, path="fuzz/cq", start=0, topic="T", queue_id=0)
     _check_account(decode.account, len(data))
@@ -113,7 +113,7 @@ def consumequeue(data: bytes) -> None:
 
 
 def batchconsumequeue(data: bytes) -> None:
-    from rmqlib.batchconsumequeue import decode_bcq_bytes
+    from rmqlib.queues.batchconsumequeue import decode_bcq_bytes
 
     decode = decode_bcq_bytes(data, path="fuzz/bcq", start=0, topic="T", queue_id=0)
     _check_account(decode.account, len(data))
@@ -121,7 +121,7 @@ def batchconsumequeue(data: bytes) -> None:
 
 
 def consumequeue_ext(data: bytes) -> None:
-    from rmqlib.consumequeue_ext import decode_cqx_bytes
+    from rmqlib.queues.consumequeue_ext import decode_cqx_bytes
 
     decode = decode_cqx_bytes(data, path="fuzz/ext", start=0, topic="T", queue_id=0)
     _check_account(decode.account, len(data))
@@ -168,7 +168,7 @@ def dump_commitlog(data: bytes) -> None:
     import io
     import json
 
-    from rmqlib.cli import main
+    from rmqlib.cli.main import main
 
     path = _scratch_file(data)
     out = io.StringIO()
@@ -185,9 +185,9 @@ def timerlog(data: bytes) -> None:
     import io
     import json
 
-    from rmqlib.cli import main
-    from rmqlib.timerlog import TL_UNIT_SIZE, decode_timerlog_bytes
-    from rmqlib.timerwheel import decode_timerwheel_bytes
+    from rmqlib.cli.main import main
+    from rmqlib.timers.timerlog import TL_UNIT_SIZE, decode_timerlog_bytes
+    from rmqlib.timers.timerwheel import decode_timerwheel_bytes
 
     decode = decode_timerlog_bytes(data, path="fuzz/timerlog", start=0)
     _check_account(decode.account, len(data))
@@ -210,7 +210,7 @@ def timerlog(data: bytes) -> None:
 def innerbatch(data: bytes) -> None:
     """An inner-batch body: members tile it exactly, each re-encodes to its own bytes, and
     the count check (INNER_NUM) only ever raises CorruptDataError."""
-    from rmqlib.innerbatch import split_inner_batch
+    from rmqlib.commitlog.innerbatch import split_inner_batch
 
     members = split_inner_batch(data, 7)
     if sum(m.size for m in members) != len(data):

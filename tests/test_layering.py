@@ -1,0 +1,157 @@
+"""The folder tree is the architecture: data flows one way, and imports follow it.
+
+Every import in ``rmqlib/`` and ``jobs/`` (module level, inside functions, under
+``TYPE_CHECKING``: all of them) is checked against two rules:
+
+* rmqlib imports nothing of Spark, Delta, Great Expectations, Airflow, ``jobs`` or
+  ``dags``; jobs imports nothing of Airflow or ``dags``;
+* within each package, a folder imports only itself and folders of a lower rank below
+  (a store-file family never imports the whole-store code, a pipeline stage never a
+  later stage). A new folder fails here until it is given its place.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+FORBIDDEN = {
+    "rmqlib": {"pyspark", "py4j", "delta", "deltalake", "great_expectations", "airflow",
+               "jobs", "dags"},
+    "jobs": {"airflow", "dags"},
+}
+
+# unit (a folder, or a module directly in the package) -> rank; "" = the package's
+# top-level modules that orchestrate (jobs) or re-export the public API (rmqlib).
+RANKS = {
+    "rmqlib": {
+        "errors": 0,
+        "common": 1,
+        "commitlog": 2, "queues": 2, "indexfile": 2, "config": 2, "checkpoint": 2,
+        "markers": 2,
+        "timers": 3,
+        "store": 4,
+        "cli": 5,
+        "": 6,
+    },
+    "jobs": {
+        "lakehouse": 0,
+        "snapshot": 1,
+        "load": 2,
+        "check": 3,
+        "alerts": 4,
+        "report": 5,
+        "": 6,  # pipeline, pipeline_config, check_job, run_summary, cli, __main__
+    },
+}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def is_module(dotted: str) -> bool:
+    base = ROOT.joinpath(*dotted.split("."))
+    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+
+def imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, module) of every import; ``from pkg import name`` names pkg.name when that is
+    a module of this tree."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"line {node.lineno}: relative import"
+            base = node.module or ""
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                found.append((node.lineno, full if is_module(full) else base))
+    return found
+
+
+def unit_of(package: str, dotted: str) -> str:
+    """The folder (or top-level module) of the package a module belongs to."""
+    parts = dotted.split(".")
+    if len(parts) == 1:  # the package itself
+        return ""
+    if len(parts) == 2 and not (ROOT / package / parts[1]).is_dir():
+        return parts[1] if parts[1] in RANKS[package] else ""
+    return parts[1]
+
+
+def violations(importer: str, source: str) -> list[str]:
+    """Every import of ``importer`` (a dotted module name) that breaks a rule."""
+    package = importer.split(".")[0]
+    own = unit_of(package, importer)
+    ranks = RANKS[package]
+    if own not in ranks:
+        return [f"{importer}: folder {own!r} has no rank in tests/test_layering.py"]
+    found = []
+    for line, target in imported_modules(ast.parse(source)):
+        top = target.split(".")[0]
+        if top in FORBIDDEN[package]:
+            found.append(f"{importer}:{line} imports {target} ({package} must not)")
+        elif top == package:
+            unit = unit_of(package, target)
+            if unit not in ranks:
+                found.append(f"{importer}:{line} imports {target}: unknown folder {unit!r}")
+            elif unit != own and ranks[unit] >= ranks[own]:
+                found.append(f"{importer}:{line} imports {target}: {unit or 'top'} "
+                             f"(rank {ranks[unit]}) is not below {own or 'top'} "
+                             f"(rank {ranks[own]})")
+    return found
+
+
+def package_modules() -> list[Path]:
+    return sorted(p for package in RANKS for p in (ROOT / package).rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", package_modules(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_imports_follow_the_layers(path: Path) -> None:
+    assert violations(module_name(path), path.read_text()) == []
+
+
+def test_every_folder_has_a_rank_and_a_docstring() -> None:
+    for package in RANKS:
+        folders = {p.name for p in (ROOT / package).iterdir()
+                   if (p / "__init__.py").is_file()}
+        assert folders <= set(RANKS[package]), f"{package}: folders without a rank"
+        for folder in folders | {""}:
+            init = ROOT / package / folder / "__init__.py"
+            assert ast.get_docstring(ast.parse(init.read_text())), f"{init}: no docstring"
+
+
+@pytest.mark.parametrize(("importer", "source", "complaint"), [
+    ("rmqlib.commitlog.records", "import pyspark.sql", "rmqlib must not"),
+    ("rmqlib.queues.consumequeue", "def f():\n    from airflow.sdk import dag", "must not"),
+    ("rmqlib.commitlog.walk", "from rmqlib.store import verify", "is not below"),
+    ("rmqlib.queues.consumequeue", "from rmqlib.commitlog.records import scan_segment",
+     "is not below"),  # sibling families stay apart
+    ("rmqlib.cli.main", "from rmqlib import scan_store", "is not below"),  # the API is top
+    ("jobs.load.plan", "from jobs.report.pages import write_report", "is not below"),
+    ("jobs.lakehouse.tables", "from jobs import pipeline", "is not below"),
+    ("jobs.check.lag", "import dags.notifiers", "jobs must not"),
+    ("jobs.newstage.thing", "import os", "has no rank"),
+])
+def test_the_rules_catch_what_they_forbid(importer: str, source: str, complaint: str) -> None:
+    found = violations(importer, source)
+    assert found and complaint in found[0]
+
+
+@pytest.mark.parametrize(("importer", "source"), [
+    ("rmqlib.store.verify", "from rmqlib.commitlog import records\nimport pyarrow"),
+    ("rmqlib.commitlog.arrow", "from rmqlib.commitlog import layout as L"),
+    ("jobs.check_job", "from jobs.report.pages import write_report"),
+    ("jobs.alerts.evaluation", "from jobs.check.consumer_status import judge_snapshot"),
+])
+def test_the_rules_allow_what_flows_down(importer: str, source: str) -> None:
+    assert violations(importer, source) == []
