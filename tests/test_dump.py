@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from jsonl import json_lines
 
 from rmqlib.cli.main import EXIT_FINDINGS, EXIT_OK, main
 
@@ -27,7 +28,7 @@ pytestmark = pytest.mark.broker
 
 def dump(capsys, *argv: str) -> tuple[int, list[dict]]:  # type: ignore[no-untyped-def]
     code = main(["dump", *argv, "--json"])
-    return code, [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    return code, json_lines(capsys.readouterr().out)
 
 
 def is_finding(row: dict) -> bool:

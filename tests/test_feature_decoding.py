@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from jsonl import json_lines
 
 from rmqlib.cli.queue_paths import queue_files
 from rmqlib.commitlog.arrow import MESSAGE_SCHEMA, scan_segment_arrow, unwrap_inner_batches
@@ -195,7 +196,7 @@ def test_directory_dumps_of_every_queue_root_list_every_queue(store) -> None:
         out = subprocess.run([sys.executable, "-m", "rmqlib.cli.main", "dump", "consumequeue",
                               str(store / root), "--json"], capture_output=True, text=True)
         assert out.returncode == 0, out.stderr
-        rows = [json.loads(line) for line in out.stdout.splitlines()]
+        rows = json_lines(out.stdout)
         queues = {(r["topic"], r["queue_id"]) for r in rows if r["kind"] == "unit"}
         on_disk = {(f.parent.parent.name, int(f.parent.name))
                    for f in queue_files(store / root).files if f.stat().st_size}
@@ -204,7 +205,7 @@ def test_directory_dumps_of_every_queue_root_list_every_queue(store) -> None:
     out = subprocess.run([sys.executable, "-m", "rmqlib.cli.main", "dump", "consumequeue",
                           str(store / "consumequeue" / "TopicExt"), "--json"],
                          capture_output=True, text=True)
-    units = [json.loads(line) for line in out.stdout.splitlines()]
+    units = json_lines(out.stdout)
     units = [u for u in units if u["kind"] == "unit"]
     assert units and all("ext_tags_code" in u for u in units)
 
@@ -291,7 +292,7 @@ def test_get_finds_inner_batch_members_by_queue_offset_and_uniq_key(truth, store
         out = subprocess.run([sys.executable, "-m", "rmqlib.cli.main", "get", str(store), *argv,
                               "--json"], capture_output=True, text=True)
         assert out.returncode == 0, out.stderr
-        [row] = [json.loads(line) for line in out.stdout.splitlines()]
+        [row] = json_lines(out.stdout)
         assert (row["kind"], row["uniq_key"], row["queue_offset"], row["inner_index"]) == (
             "member", member["msgId"], offset, 1)
         assert row["body_sha256"] == member["bodySha256"]

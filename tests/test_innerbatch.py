@@ -9,14 +9,14 @@ The real-broker proof is in tests/test_features_store.py.
 from __future__ import annotations
 
 import hashlib
-import json
 import subprocess
 import sys
 
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from jsonl import json_lines
 
 from rmqlib.commitlog.arrow import MESSAGE_SCHEMA, read_table, unwrap_inner_batches
 from rmqlib.commitlog.innerbatch import MEMBER_HEADER, encode_inner_batch, split_inner_batch
@@ -76,7 +76,7 @@ def test_edge_cases_name_the_member_and_position():
     assert MEMBER_HEADER.size == 20
 
 
-def _store(tmp_path, broken: bool = False):
+def _store(tmp_path, broken: bool = False, inner_num: str = "3"):
     batch_body = encode_inner_batch([
         (0, b"first", {"KEYS": "k1 k2", "TAGS": "a", "UNIQ_KEY": "U1"}),
         (3, b"", {"UNIQ_KEY": "U2"}),
@@ -84,7 +84,7 @@ def _store(tmp_path, broken: bool = False):
     ])
     if broken:
         batch_body = batch_body[:-2]
-    outer = (("INNER_NUM", "3"), ("INNER_BASE", "5"), ("UNIQ_KEY", "BATCH"),
+    outer = (("INNER_NUM", inner_num), ("INNER_BASE", "5"), ("UNIQ_KEY", "BATCH"),
              ("CLUSTER", "c"))
     messages = [
         Message(topic="BatchTopic", body=b"single", queue_offset=0,
@@ -127,7 +127,7 @@ def test_dump_lists_members_like_the_arrow_path(tmp_path):
     out = subprocess.run([sys.executable, "-m", "rmqlib.cli.main", "dump", "commitlog",
                           str(directory), "--json"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    rows = json_lines(out.stdout)
     members = [r for r in rows if r["kind"] == "member"]
     assert [(m["queue_offset"], m["uniq_key"], m["body_sha256"]) for m in members] == [
         (5, "U1", hashlib.sha256(b"first").hexdigest()),
@@ -194,3 +194,36 @@ def test_unwrap_keeps_commitlog_order_whatever_the_mix(tmp_path_factory, mix, ch
             r["body_error"] and r["body_error"][:len("inner batch not unwrapped")])
            for r in rows]
     assert got == expected
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.text(max_size=4) | st.sampled_from(["٣", "-1", " 3", "3 ", "0", "99"]))
+@example("²")  # isdigit() but not int(): was an internal error (exit 4)
+@example("\x85")  # a line separator to str.splitlines, printed raw inside a JSON string
+def test_any_inner_num_text_is_a_finding_never_a_crash(text):
+    """INNER_NUM is the broker's text: whatever it holds, the dump exits 0 or 1 (members, or
+    a member_error naming the count), the Arrow path keeps the record, verify reports."""
+    import contextlib
+    import io
+    import tempfile
+    from pathlib import Path
+
+    from rmqlib import verify_store
+    from rmqlib.cli.main import main
+
+    if "\x01" in text or "\x02" in text:  # the property separators cannot occur in values
+        text = text.replace("\x01", "").replace("\x02", "")
+    with tempfile.TemporaryDirectory() as scratch:
+        directory = _store(Path(scratch), inner_num=text)
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            code = main(["dump", "commitlog", str(directory), "--json"])
+        rows = json_lines(out.getvalue())
+        members = [r for r in rows if r["kind"] == "member"]
+        errors = [r for r in rows if r["kind"] == "member_error"]
+        assert code == (1 if errors else 0)
+        assert len(members) == (0 if errors else 3)
+        assert bool(errors) == (text.isascii() and text.isdigit() and int(text) != 3)
+        table, _ = read_table(directory / f"{0:020d}")
+        assert unwrap_inner_batches(table.to_batches()[0]).num_rows == (5 if not errors else 3)
+        verify_store(Path(scratch))  # findings, not an exception
+

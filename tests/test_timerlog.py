@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from jsonl import json_lines
 from store_encoders import timercheck_bytes
 
 from rmqlib.checkpoint import decode_timercheck_bytes
@@ -118,7 +119,7 @@ def checkpoint(last_read_ms: int, flush_pos: int = 0, queue_offset: int = 0):  #
 
 def dump(capsys, *argv: str) -> tuple[int, list[dict]]:  # type: ignore[no-untyped-def]
     code = main(["dump", *argv, "--json"])
-    return code, [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    return code, json_lines(capsys.readouterr().out)
 
 
 def tiles(rows: list[dict], size: int, item: str, length: int) -> None:

@@ -24,6 +24,7 @@ from json.encoder import encode_basestring as _encode_string  # C, ensure_ascii=
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rmqlib.common.numbers import is_decimal
 from rmqlib.errors import StoreError
 
 # Each command imports the decoders it needs when it runs: `rmq --help` and the small
@@ -588,7 +589,7 @@ def cmd_get(args: argparse.Namespace) -> int:
         matches = [(read_record_at(store / "commitlog", args.phys), None)]
     elif args.queue:
         topic, queue_id, queue_offset = args.queue
-        if not (queue_id.isdigit() and queue_offset.isdigit()):
+        if not (is_decimal(queue_id) and is_decimal(queue_offset)):
             raise CliError("--queue takes TOPIC QUEUE_ID QUEUE_OFFSET with integer ids")
         [record] = records_for(store, [find_by_queue(store, topic, int(queue_id),
                                                      int(queue_offset))])

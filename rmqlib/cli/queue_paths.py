@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rmqlib.cli.dump import Region
+from rmqlib.common.numbers import is_decimal
 from rmqlib.queues.consumequeue import SEGMENT_NAME, walk_queue_tree
 
 CQ_ROOT, BATCH_ROOT, EXT_ROOT = "consumequeue", "batchconsumequeue", "consumequeue_ext"
@@ -55,7 +56,7 @@ def queue_files(path: Path, root_name: str | None = None) -> QueueTargets:
         _add_queue_dir(targets, path)
     elif _is_topic_dir(path):
         for queue in sorted((p for p in path.iterdir()), key=_queue_order):
-            if queue.is_dir() and queue.name.isdigit():
+            if queue.is_dir() and is_decimal(queue.name):
                 _add_queue_dir(targets, queue)
             else:
                 targets.skip(queue, "not a queue directory in a topic directory")
@@ -71,7 +72,7 @@ def queue_files(path: Path, root_name: str | None = None) -> QueueTargets:
 
 
 def _queue_order(path: Path) -> tuple[int, str]:
-    return (int(path.name), "") if path.name.isdigit() else (1 << 62, path.name)
+    return (int(path.name), "") if is_decimal(path.name) else (1 << 62, path.name)
 
 
 def _is_queue_dir(path: Path) -> bool:
@@ -79,7 +80,7 @@ def _is_queue_dir(path: Path) -> bool:
 
 
 def _is_topic_dir(path: Path) -> bool:
-    queues = [p for p in path.iterdir() if p.is_dir() and p.name.isdigit()]
+    queues = [p for p in path.iterdir() if p.is_dir() and is_decimal(p.name)]
     return bool(queues) and any(_is_queue_dir(q) for q in queues)
 
 

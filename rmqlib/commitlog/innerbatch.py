@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from rmqlib.commitlog import properties as props
+from rmqlib.common.numbers import decimal_or_none
 from rmqlib.errors import CorruptDataError, TruncatedDataError
 
 MEMBER_HEADER = struct.Struct(">iiiii")  # size, magic, body CRC, flag, body length
@@ -74,8 +75,7 @@ def split_inner_batch(body: bytes, base_offset: int, *, expected: int | None = N
 
 def inner_num(properties: Mapping[str, str]) -> int | None:
     """``INNER_NUM`` as a number; None when absent or not a number."""
-    value = properties.get(props.INNER_NUM, "")
-    return int(value) if value.isdigit() else None
+    return decimal_or_none(properties.get(props.INNER_NUM))
 
 
 def _member(body: bytes, position: int, index: int, base_offset: int, path: str | None,

@@ -43,6 +43,7 @@ from rmqlib.commitlog.properties import INNER_MULTI_DISPATCH, INNER_MULTI_QUEUE_
 from rmqlib.commitlog.records import GapKind, naming_issues, tail_issues
 from rmqlib.common.accounting import FileAccount
 from rmqlib.common.javahash import index_key_hashes, tags_code
+from rmqlib.common.numbers import decimal_or_none, is_decimal
 from rmqlib.common.segments import (
     UNSIZED_FILE_REASON,
     Segment,
@@ -363,7 +364,7 @@ class CommitlogChecker:
             pairs = zip(names[row].as_py().split(","),
                         (offsets[row].as_py() or "").split(","), strict=False)
             self.lmq[physical[row].as_py()] = tuple(
-                (name, int(offset)) for name, offset in pairs if offset.isdigit())
+                (name, int(offset)) for name, offset in pairs if is_decimal(offset))
 
 
 def _widths(batch: pa.RecordBatch) -> np.ndarray:
@@ -372,7 +373,7 @@ def _widths(batch: pa.RecordBatch) -> np.ndarray:
     inner = batch["inner_batch"].to_numpy(zero_copy_only=False)
     if inner.any():
         counts = pc.map_lookup(batch["properties"], INNER_NUM, "last").to_pylist()
-        width[inner] = [int(c) if c and c.isdigit() else 1 for c in
+        width[inner] = [decimal_or_none(c) or 1 for c in
                         np.asarray(counts, dtype=object)[inner]]
     return width
 

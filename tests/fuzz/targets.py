@@ -23,6 +23,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from jsonl import json_lines
+
 from rmqlib.common.accounting import FileAccount
 from rmqlib.errors import StoreError
 
@@ -179,7 +181,6 @@ def dump_commitlog(data: bytes) -> None:
     """`rmq dump commitlog --json` on the bytes: exit 0/1 only, every byte printed once."""
     import contextlib
     import io
-    import json
 
     from rmqlib.cli.main import main
 
@@ -189,14 +190,13 @@ def dump_commitlog(data: bytes) -> None:
         code = main(["dump", "commitlog", str(path), "--json"])
     if code not in (0, 1):
         raise PropertyViolation(f"dump exited {code}")
-    check_tiles([json.loads(line) for line in out.getvalue().splitlines()], len(data))
+    check_tiles(json_lines(out.getvalue()), len(data))
 
 
 def timerlog(data: bytes) -> None:
     """A timer log file (and the same bytes as a timer wheel): accounts balance, units lie
     inside the data, the Arrow batch builds, and `rmq dump timerlog --json` tiles the file."""
     import io
-    import json
 
     from rmqlib.cli.main import main
     from rmqlib.timers.timerlog import TL_UNIT_SIZE, decode_timerlog_bytes
@@ -215,7 +215,7 @@ def timerlog(data: bytes) -> None:
         code = main(["dump", "timerlog", str(path), "--json"])
     if code not in (0, 1):
         raise PropertyViolation(f"dump timerlog exited {code}")
-    rows = [json.loads(line) for line in out.getvalue().splitlines()]
+    rows = json_lines(out.getvalue())
     check_tiles([{**row, "position": row["file_position"], "total_size": TL_UNIT_SIZE}
                  if row["kind"] == "unit" else row for row in rows], len(data))
 
