@@ -32,7 +32,7 @@ def dump(capsys, *argv: str) -> tuple[int, list[dict]]:  # type: ignore[no-untyp
 
 
 def is_finding(row: dict) -> bool:
-    """A row that makes a dump exit 1 (README's exit-code table): unreadable bytes, or an
+    """A row that makes a dump exit 1 (docs/rmq-cli.md, exit codes): unreadable bytes, or an
     inner-batch record whose body does not split into the members it claims."""
     return ((row["kind"] == "region" and row["region"] == "unreadable")
             or row["kind"] == "member_error")

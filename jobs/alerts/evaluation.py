@@ -747,7 +747,8 @@ def condition_history(registry: Registry, rules: AlertRules, broker: str,
     """The conditions of the checked snapshots before ``snapshot_id``, oldest first, back
     to one snapshot older than the reminder horizon (so a condition's start is known when
     a reminder can fall due), re-derived from their stored rows. Great Expectations
-    results are not stored per snapshot, so they are not part of it (see the README)."""
+    results are not stored per snapshot, so they are not part of it
+    (docs/checks-and-alerts.md)."""
     from jobs.check.consumer_status import checked_snapshots
     from jobs.lakehouse import tables as T
 
