@@ -380,3 +380,33 @@ def test_broker_conf_matches_the_broker_service() -> None:
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_the_image_jars_stage_finds_its_module_and_the_pom(tmp_path: Path) -> None:
+    """The Dockerfile's jars stage copies only a few files before it runs
+    ``python -m jobs.lakehouse.jars``: lay them out as its COPY lines do and check that the
+    module imports there and finds the pom where the stage put it (a package move that the
+    COPY lines missed fails here, not in a later ``docker compose build``)."""
+    stage = DOCKERFILE.read_text().split("FROM base AS jars", 1)[1].split("\nFROM ", 1)[0]
+    app = tmp_path / "opt" / "rmq" / "app"
+    for line in stage.splitlines():
+        words = line.split()
+        if not words or words[0] != "COPY":
+            continue
+        *sources, target = [w for w in words[1:] if not w.startswith("--")]
+        destination = tmp_path / target.lstrip("/")
+        for source in sources:
+            path = destination / Path(source).name if target.endswith("/") else destination
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes((REPO_ROOT / source).read_bytes())
+    run = stage.split("WORKDIR", 1)[1].split("\n", 1)[0].strip()
+    workdir = tmp_path / run.lstrip("/")
+    assert workdir == app
+    found = subprocess.run(
+        [sys.executable, "-c", "import jobs.lakehouse.jars as j; print(j.__file__, j.POM)"],
+        cwd=workdir, capture_output=True, text=True,
+        env={**os.environ, "PYTHONPATH": str(workdir), "PYTHONSAFEPATH": "1"})
+    assert found.returncode == 0, found.stderr
+    module, pom = found.stdout.split()
+    assert Path(module).is_relative_to(app) and Path(pom) == app / "jvm" / "pom.xml"
+    assert Path(pom).is_file()
