@@ -16,7 +16,7 @@ Spark, Airflow or ``jobs``.
 from __future__ import annotations
 
 from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 # public name -> the module that defines it
 _HOMES = {
@@ -50,30 +50,7 @@ _HOMES = {
     "UnsupportedFormatError": "rmqlib.errors",
 }
 
-__all__ = [
-    "CommitLogRecord",
-    "ConfigError",
-    "CorruptDataError",
-    "IndexFile",
-    "NotAStoreFileError",
-    "StoreError",
-    "TruncatedDataError",
-    "UnsupportedFormatError",
-    "decode_queue",
-    "list_index_files",
-    "load_config_dir",
-    "queue_bounds",
-    "read_record_at",
-    "read_timer_store",
-    "scan_segment",
-    "scan_segment_arrow",
-    "scan_store",
-    "split_ranges",
-    "take_inventory",
-    "unwrap_inner_batches",
-    "verify_store",
-    "walk_queue_tree",
-]
+__all__ = sorted(_HOMES)
 
 
 def __getattr__(name: str) -> Any:
@@ -88,28 +65,3 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
-
-
-if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ resolves
-    from rmqlib.commitlog.arrow import scan_segment_arrow, unwrap_inner_batches
-    from rmqlib.commitlog.records import (
-        CommitLogRecord,
-        read_record_at,
-        scan_segment,
-        scan_store,
-        split_ranges,
-    )
-    from rmqlib.config import load_config_dir
-    from rmqlib.errors import (
-        ConfigError,
-        CorruptDataError,
-        NotAStoreFileError,
-        StoreError,
-        TruncatedDataError,
-        UnsupportedFormatError,
-    )
-    from rmqlib.indexfile import IndexFile, list_index_files
-    from rmqlib.queues.consumequeue import decode_queue, queue_bounds, walk_queue_tree
-    from rmqlib.store.inventory import take_inventory
-    from rmqlib.store.verify import verify_store
-    from rmqlib.timers.timer_store import read_timer_store

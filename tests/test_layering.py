@@ -155,3 +155,15 @@ def test_the_rules_catch_what_they_forbid(importer: str, source: str, complaint:
 ])
 def test_the_rules_allow_what_flows_down(importer: str, source: str) -> None:
     assert violations(importer, source) == []
+
+
+def test_every_public_name_resolves_to_its_home() -> None:
+    """``from rmqlib import X`` for each name of ``rmqlib.__all__`` gives the object its
+    module defines (the names resolve lazily, so nothing else would notice a typo)."""
+    import importlib
+
+    import rmqlib
+
+    for name in rmqlib.__all__:
+        home = importlib.import_module(rmqlib._HOMES[name])
+        assert getattr(rmqlib, name) is getattr(home, name), name

@@ -373,8 +373,8 @@ def _widths(batch: pa.RecordBatch) -> np.ndarray:
     inner = batch["inner_batch"].to_numpy(zero_copy_only=False)
     if inner.any():
         counts = pc.map_lookup(batch["properties"], INNER_NUM, "last").to_pylist()
-        width[inner] = [decimal_or_none(c) or 1 for c in
-                        np.asarray(counts, dtype=object)[inner]]
+        numbers = [decimal_or_none(c) for c in np.asarray(counts, dtype=object)[inner]]
+        width[inner] = [1 if n is None else n for n in numbers]
     return width
 
 
