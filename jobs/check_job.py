@@ -57,14 +57,17 @@ def check_snapshot(spark: SparkSession, registry: Registry, broker: str, snapsho
                    output: Path | None = None) -> CheckOutcome:
     """Run the five steps for ``snapshot_id`` of ``broker``; idempotent per snapshot.
 
-    ``output`` holds the Data Docs (``gx/``) and the reports (``reports/``); default
+    ``output`` holds the Data Docs (``gx/<broker>/``) and the reports (``reports/``); default
     ``<warehouse>/_checks``.
     """
     rules = AlertRules.load(rules_path)  # a bad config fails before any Spark job
     output = output or Path(registry.warehouse) / "_checks"
     reconciled = reconcile_snapshot(spark, registry, broker, snapshot_id)
     statuses = judge_snapshot(spark, registry, broker, snapshot_id, rules.status.settings)
-    expectations = run_expectations(spark, registry, broker, snapshot_id, output / "gx")
+    # One GX project per broker: checks of different brokers run at once, and GX's
+    # file-backed project (config, suites, Data Docs index) is not safe to share then.
+    expectations = run_expectations(spark, registry, broker, snapshot_id,
+                                    output / "gx" / broker)
     report = write_report(spark, registry, broker, snapshot_id, output / "reports",
                           expectations.data_docs_index)
     lag_rows = registry.read_rows(T.CONSUMER_LAG, broker=broker, snapshot_id=snapshot_id)

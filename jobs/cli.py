@@ -5,11 +5,13 @@
     python -m jobs sql "SELECT ... FROM rmq.messages"      # or: --saved NAME [-p key=value]
     python -m jobs sql --list                              # the saved queries
     python -m jobs tables                                  # tables, rows, locations
+    python -m jobs migrate                                 # tables to this code's contracts
     python -m jobs summary --snapshot-id ID [--broker NAME] # after a DAG run (no Spark)
 
 Exit codes: 0 done, 1 checked and an alert was raised (check only), 2 bad command line,
 3 refused or bad input (not a store, a store that went backwards, an unfinished earlier
-snapshot, a snapshot never loaded, an unknown query, a bad alerts config), 4 internal error.
+snapshot, a snapshot never loaded, another load of the broker running, a table that needs
+`migrate`, an unknown query, a bad alerts config), 4 internal error.
 Errors are one line on stderr, never a traceback.
 """
 
@@ -65,6 +67,8 @@ def _parser() -> argparse.ArgumentParser:
     sql.add_argument("--limit", type=int, default=50, help="rows to print (default 50)")
 
     commands.add_parser("tables", help="list the tables with their row counts")
+    commands.add_parser("migrate", help="bring every table to this code's data contracts "
+                        "(after an upgrade; run with no load or check running)")
 
     summary = commands.add_parser("summary", help="what a pipeline run left: tables, checks, "
                                   "lag, alerts (read without Spark)")
@@ -116,14 +120,17 @@ def _summary(args: argparse.Namespace) -> int:
 def _refusals() -> tuple[type[BaseException], ...]:
     from jobs.alerts.evaluation import AlertConfigError
     from jobs.check.views import SnapshotNotLoadedError
+    from jobs.lakehouse.migrate import MigrationError
     from jobs.lakehouse.sql import QueryError
+    from jobs.lakehouse.table_versions import ContractVersionError
     from jobs.lakehouse.tables import TableDriftError
     from jobs.load.job import LoadRefusedError
     from jobs.load.plan import StoreWentBackwardsError
     from rmqlib.errors import StoreError
 
     return (LoadRefusedError, StoreWentBackwardsError, QueryError, TableDriftError,
-            StoreError, SnapshotNotLoadedError, AlertConfigError)
+            StoreError, SnapshotNotLoadedError, AlertConfigError, ContractVersionError,
+            MigrationError)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -143,6 +150,8 @@ def _run(args: argparse.Namespace) -> int:
             return _check(spark, args)
         if args.command == "sql":
             return _sql(spark, args)
+        if args.command == "migrate":
+            return _migrate(spark)
         return _tables(spark)
     except refused as error:
         print(f"error: {error}", file=sys.stderr)
@@ -205,6 +214,13 @@ def _sql(spark, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def
     frame = run_saved(spark, args.saved, params) if args.saved else run_sql(
         spark, args.query, params)
     frame.show(args.limit, truncate=60)
+    return EXIT_OK
+
+
+def _migrate(spark) -> int:  # type: ignore[no-untyped-def]
+    from jobs.lakehouse.migrate import migrate_warehouse
+
+    migrate_warehouse(spark, progress=print)
     return EXIT_OK
 
 

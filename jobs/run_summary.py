@@ -50,7 +50,7 @@ def format_run_summary(config: PipelineConfig, broker: str, snapshot_id: str) ->
     lines += ["", *_status_lines(warehouse, broker, snapshot_id)]
     lines += ["", *_alert_lines(warehouse, broker, snapshot_id)]
     report = config.checks_output / "reports" / broker / f"{snapshot_id}.html"
-    docs = config.checks_output / "gx" / "gx" / "uncommitted" / "data_docs" / "local_site"
+    docs = config.checks_output / "gx" / broker / "gx" / "uncommitted" / "data_docs" / "local_site"
     lines += ["", f"report:    {report}" + ("" if report.is_file() else " (not written)"),
               f"data docs: {docs / 'index.html'}",
               f"SQL:       RMQ_WAREHOUSE={warehouse} .venv/bin/python -m jobs sql "

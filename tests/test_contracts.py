@@ -418,7 +418,12 @@ def test_create_table_sql_reads_like_the_contract() -> None:
     assert "COMMENT 'One row per message record of a broker\\'s commitlog" in ddl
     assert "\nLOCATION '/data/rmq.db/messages'\n" in ddl
     assert "'delta.appendOnly' = 'true'" in ddl
-    assert "PARTITIONED BY" not in load_contract("snapshots").create_table_sql("a.b", "/x")
+    assert f"'rmq.contract.version' = '{messages.version}'" in ddl  # recorded in the table
+    assert "PARTITIONED BY" not in load_contract("load_runs").create_table_sql("a.b", "/x")
+    replace = messages.create_table_sql("rmq.messages", "/x", replace=True,
+                                        extra_properties={"rmq.migration.source_version": "7"})
+    assert replace.startswith("CREATE OR REPLACE TABLE rmq.messages (")
+    assert "'rmq.migration.source_version' = '7'" in replace
     with pytest.raises(ValueError, match="plain"):
         messages.create_table_sql("rmq.messages; DROP TABLE x", "/x")
 
@@ -450,7 +455,8 @@ def test_contract_ddl_builds_exactly_the_described_tables(spark, tmp_path: Path)
         delta = DeltaTable(str(location))
         metadata = delta.metadata()
         assert metadata.partition_columns == contract.partition_columns, table
-        assert metadata.configuration == contract.table_properties, table
+        assert metadata.configuration == {**contract.table_properties,
+                                          "rmq.contract.version": contract.version}, table
         assert metadata.description == contract.description
         assert delta.to_pyarrow_table().schema == contract.arrow_schema(), table
         # Every SQL quality rule resolves against the real table (analysis only, no job).
@@ -463,7 +469,8 @@ def test_contract_ddl_builds_exactly_the_described_tables(spark, tmp_path: Path)
     detail = _detail(spark, "contract_test.messages")
     assert detail.format == "delta"
     assert list(detail.partitionColumns) == messages.partition_columns == ["store_date"]
-    assert dict(detail.properties) == messages.table_properties
+    assert dict(detail.properties) == {**messages.table_properties,
+                                       "rmq.contract.version": messages.version}
     assert detail.description == messages.description
     described = {row.col_name: row.comment
                  for row in spark.sql("DESCRIBE TABLE contract_test.messages").collect()}

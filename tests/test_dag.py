@@ -243,7 +243,7 @@ def test_a_run_snapshots_loads_checks_and_alerts(airflow, nightly, growing_store
     assert nightly.registry.read_rows(T.CONSUMER_LAG, snapshot_id=S1)
     checks = airflow.work / "warehouse" / "_checks"
     assert "chart-lag" in (checks / "reports" / BROKER / f"{S1}.html").read_text()
-    assert (checks / "gx" / "gx" / "uncommitted" / "data_docs" / "local_site"
+    assert (checks / "gx" / BROKER / "gx" / "uncommitted" / "data_docs" / "local_site"
             / "index.html").is_file()
     # Whatever the first night found, its alert (if any) was delivered exactly once.
     alerts = nightly.registry.read_rows(T.ALERTS, snapshot_id=S1)

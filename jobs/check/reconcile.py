@@ -22,7 +22,7 @@ from jobs.check.checks import CHECKS, DERIVED_VIEWS, FINDING_COLUMNS
 from jobs.check.lag import consumer_lag
 from jobs.check.views import SnapshotScope, create_views, drop_views, snapshot_scope
 from jobs.lakehouse import tables as T
-from jobs.lakehouse.delta_io import replace_where
+from jobs.lakehouse.delta_io import conform, replace_where
 from jobs.lakehouse.tables import Registry
 
 log = logging.getLogger(__name__)
@@ -66,8 +66,8 @@ def reconcile_snapshot(spark: SparkSession, registry: Registry, broker: str,
         derived.append(frame)
     where = f"broker = {scope.broker_sql} AND snapshot_id = {scope.snapshot_sql}"
     lag_table, results_table = registry[T.CONSUMER_LAG], registry[T.CHECK_RESULTS]
-    replace_where(_conform(lag, lag_table), lag_table.location, where)
-    replace_where(_conform(findings(spark, scope), results_table), results_table.location,
+    replace_where(conform(lag, lag_table.contract), lag_table.location, where)
+    replace_where(conform(findings(spark, scope), results_table.contract), results_table.location,
                   where)
     drop_views(spark)
     for frame in [lag, *derived]:
@@ -88,9 +88,3 @@ def reconcile_snapshot(spark: SparkSession, registry: Registry, broker: str,
              snapshot_id, datetime.now(UTC).isoformat(timespec="seconds"),
              summary.findings_by_severity, summary.lag_by_status, summary.seconds)
     return summary
-
-
-def _conform(df: DataFrame, table: T.Table) -> DataFrame:
-    """``df`` with the table's column order and types (NOT NULL checked by Delta)."""
-    schema = table.contract.spark_schema()
-    return df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields])

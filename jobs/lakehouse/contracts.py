@@ -39,6 +39,7 @@ ID_PREFIX = "urn:rmq-lakehouse:"
 TABLE_PROPERTIES = "deltaTableProperties"
 LAYOUT_RATIONALE = "layoutRationale"
 STATS_COLUMNS = "delta.dataSkippingStatsColumns"
+CONTRACT_VERSION = "rmq.contract.version"  # table property: the contract a table was made from
 SEVERITIES = ("error", "warning")
 
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]*")
@@ -240,8 +241,10 @@ class Contract:
         return pa.schema([pa.field(c.name, c.sql_type.arrow_type(), nullable=not c.required)
                           for c in self.columns])
 
-    def create_table_sql(self, qualified_name: str, location: str) -> str:
-        """``CREATE TABLE IF NOT EXISTS`` for this contract as a Delta table at ``location``.
+    def create_table_sql(self, qualified_name: str, location: str, *, replace: bool = False,
+                         extra_properties: dict[str, str] | None = None) -> str:
+        """``CREATE TABLE IF NOT EXISTS`` (or ``CREATE OR REPLACE TABLE``) for this contract
+        as a Delta table at ``location``, recording the contract version in the table.
 
         Identifiers are back-quoted and every text goes through :func:`sql_literal`, so
         descriptions may contain quotes, backslashes and newlines.
@@ -253,16 +256,17 @@ class Contract:
             f" COMMENT {sql_literal(c.description)}"
             for c in self.columns
         )
-        clauses = [f"CREATE TABLE IF NOT EXISTS {qualified_name} (\n{columns}\n)", "USING DELTA"]
+        verb = "CREATE OR REPLACE TABLE" if replace else "CREATE TABLE IF NOT EXISTS"
+        clauses = [f"{verb} {qualified_name} (\n{columns}\n)", "USING DELTA"]
         if self.partition_columns:
             names = ", ".join(map(quote_identifier, self.partition_columns))
             clauses.append(f"PARTITIONED BY ({names})")
         clauses += [f"COMMENT {sql_literal(self.description)}",
                     f"LOCATION {sql_literal(location)}"]
-        if self.table_properties:
-            pairs = ", ".join(f"{sql_literal(k)} = {sql_literal(v)}"
-                              for k, v in self.table_properties.items())
-            clauses.append(f"TBLPROPERTIES ({pairs})")
+        properties = {**self.table_properties, CONTRACT_VERSION: self.version,
+                      **(extra_properties or {})}
+        pairs = ", ".join(f"{sql_literal(k)} = {sql_literal(v)}" for k, v in properties.items())
+        clauses.append(f"TBLPROPERTIES ({pairs})")
         return "\n".join(clauses)
 
 

@@ -12,7 +12,13 @@ When an ``append_once`` is skipped, Delta does not even run the query: nothing i
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+if TYPE_CHECKING:
+    from jobs.lakehouse.contracts import Contract
 
 
 def append_once(df: DataFrame, location: str, app_id: str, version: int) -> None:
@@ -27,6 +33,15 @@ def replace_where(df: DataFrame, location: str, predicate: str) -> None:
     (df.write.format("delta").mode("overwrite")
      .option("replaceWhere", predicate)
      .save(location))
+
+
+def conform(df: DataFrame, contract: Contract) -> DataFrame:
+    """``df`` with the contract's columns, in its order and types; a column ``df`` lacks
+    is null (NOT NULL is checked by Delta on write)."""
+    have = set(df.columns)
+    return df.select(*[
+        (F.col(f.name) if f.name in have else F.lit(None)).cast(f.dataType).alias(f.name)
+        for f in contract.spark_schema().fields])
 
 
 def sql_string(value: str) -> str:

@@ -8,12 +8,22 @@ SQL (``rmq.messages``), which costs one ``CREATE TABLE IF NOT EXISTS`` per table
 
 from __future__ import annotations
 
+import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from jobs.lakehouse.contracts import Contract, load_contracts, schema_drift
+from jobs.lakehouse.contracts import CONTRACT_VERSION, Contract, load_contracts, schema_drift
+from jobs.lakehouse.table_versions import (
+    MIGRATE_COMMAND,
+    Action,
+    ContractVersionError,
+    columns_to_add,
+    decide,
+    inspect_table,
+)
 
 if TYPE_CHECKING:  # the DAG imports the table names while parsing: no pyspark for that
     from pyspark.sql import DataFrame, SparkSession
@@ -47,6 +57,11 @@ TABLES = (MESSAGES, QUEUE_ENTRIES, INDEX_ENTRIES, TOPICS, SUBSCRIPTION_GROUPS,
           RETENTION_GAPS, LOAD_STATE, LOAD_RUNS, CHECK_RESULTS, CONSUMER_LAG,
           CONSUMER_STATUS, ALERTS)
 
+
+log = logging.getLogger(__name__)
+
+# How long the loser of a table-creation race waits for the winner's table.
+RACE_WAIT_S = 60.0
 
 # {id(SparkContext): {qualified name: location}} of the names this process registered.
 _REGISTERED: dict[int, dict[str, str]] = {}
@@ -107,7 +122,12 @@ class Registry:
         return self.tables[name]
 
     def ensure(self, *, names: bool = True) -> Registry:
-        """Create every missing table from its contract; point ``rmq.<table>`` at it.
+        """Bring every table to its contract; point ``rmq.<table>`` at it.
+
+        A missing table is created, a table one minor contract version behind is evolved
+        (:mod:`jobs.lakehouse.table_versions`), a table of another major version is
+        refused with the migration command. Creation and evolution are safe to race: the
+        loser of a race finds the table made by the winner and uses it.
 
         The session catalog is in memory, so names are (re)registered per process; a
         session that switches warehouses re-points the names at the new one. Loads
@@ -116,8 +136,6 @@ class Registry:
         """
         if self._ready and (self._named or not names):
             return self
-        from delta.tables import DeltaTable  # needs the JVM; keep module import light
-
         self.spark.sql(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
         registered = _REGISTERED.setdefault(id(self.spark.sparkContext), {})
 
@@ -125,15 +143,13 @@ class Registry:
             name = table.qualified_name
             if registered.get(name) == table.location:
                 return
-            exists = DeltaTable.isDeltaTable(self.spark, table.location)
-            if exists and not names:
+            if self.bring_to_contract(table):
+                registered[name] = table.location  # CREATE TABLE registered the name
+                return
+            if not names:
                 return
             self.spark.sql(f"DROP TABLE IF EXISTS {name}")  # external: metadata only
-            if exists:
-                self.spark.sql(f"CREATE TABLE {name} USING DELTA "
-                               f"LOCATION '{table.location}'")
-            else:
-                self.spark.sql(table.contract.create_table_sql(name, table.location))
+            self.spark.sql(f"CREATE TABLE {name} USING DELTA LOCATION '{table.location}'")
             registered[name] = table.location
 
         # Each CREATE is a Delta commit of its own, mostly waiting: a few at once.
@@ -143,6 +159,57 @@ class Registry:
         self._ready = True
         self._named = self._named or names
         return self
+
+    def bring_to_contract(self, table: Table) -> bool:
+        """Create or evolve ``table`` as its contract says; True when this call created it.
+
+        Raises :class:`ContractVersionError` when only a migration (or newer code) can
+        make the table writable.
+        """
+        action, reason = decide(table.contract, inspect_table(table.location))
+        if action is Action.CREATE:
+            sql = table.contract.create_table_sql(table.qualified_name, table.location)
+            if self._race_safely(table, f"create {table.qualified_name}",
+                                 f"DROP TABLE IF EXISTS {table.qualified_name}", sql):
+                return True
+        elif action is Action.EVOLVE:
+            found = inspect_table(table.location)
+            path = f"delta.`{table.location}`"
+            added = columns_to_add(table.contract, found)
+            statements = [f"ALTER TABLE {path} ADD COLUMNS ({', '.join(added)})"] if added \
+                else []
+            statements.append(f"ALTER TABLE {path} SET TBLPROPERTIES "
+                              f"('{CONTRACT_VERSION}' = '{table.contract.version}')")
+            log.info("%s; evolving the table in place", reason)
+            self._race_safely(table, f"evolve {table.qualified_name}", *statements)
+        elif action is not Action.READY:
+            raise ContractVersionError(
+                f"{reason}. Run `{MIGRATE_COMMAND} --warehouse {self.warehouse}` once, with no "
+                "load or check running" if action is Action.MIGRATE else reason)
+        return False
+
+    def _race_safely(self, table: Table, what: str, *statements: str) -> bool:
+        """Run DDL that a concurrent process may be running too; True when ours won.
+
+        Delta lets one writer create (or alter) a table and fails the others
+        (``ProtocolChangedException`` WRITE_TO_EMPTY_DIRECTORY, "create the table ahead
+        of time", or ``DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION`` when the winner's
+        log is half written). A loser waits, bounded, until the table is ready and uses
+        it; if it never becomes ready, the original error is raised.
+        """
+        try:
+            for statement in statements:
+                self.spark.sql(statement)
+            return True
+        except Exception as error:
+            deadline = time.monotonic() + RACE_WAIT_S
+            while time.monotonic() < deadline:
+                if decide(table.contract, inspect_table(table.location))[0] is Action.READY:
+                    log.info("%s: a concurrent process did it first (%s); using its table",
+                             what, str(error).strip().splitlines()[0][:200])
+                    return False
+                time.sleep(0.2)
+            raise
 
     def read(self, name: str) -> DataFrame:
         """The current version of a table, by path."""

@@ -15,7 +15,10 @@ it with the same snapshot id):
 6. append one ``load_runs`` row per table (the audit log: it grows with every attempt).
 
 A snapshot already ``loaded`` is skipped at once. A newer snapshot is refused while an
-older one of the same broker is still ``loading`` (its facts may be half written).
+older one of the same broker is still ``loading`` (its facts may be half written), and a
+load is refused while another load of the same broker runs (:mod:`jobs.load.broker_lock`).
+Loads of different brokers run side by side: every write below is a blind append or
+replaces rows of the load's own ``broker`` partition, which Delta never sees as a conflict.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from jobs.lakehouse import tables as T
 from jobs.lakehouse.delta_io import append_once, replace_where, sql_string
 from jobs.lakehouse.tables import Registry
 from jobs.load import state_rows
+from jobs.load.broker_lock import BrokerBusyError, broker_load_lock
 from jobs.load.decode_tasks import (
     BATCHCONSUMEQUEUE,
     BODY_POLICIES,
@@ -459,7 +463,11 @@ def load_snapshot(spark: SparkSession, broker: str, snapshot_id: str, store: str
                             progress or (lambda _message: None))
     except StoreError as error:
         raise LoadRefusedError(f"{store} is not a readable broker store: {error}") from error
-    return load.run()
+    try:
+        with broker_load_lock(registry.warehouse, broker, snapshot_id):
+            return load.run()
+    except BrokerBusyError as error:
+        raise LoadRefusedError(str(error)) from error
 
 
 __all__ = ["BATCHCONSUMEQUEUE", "CONSUMEQUEUE", "LoadOptions", "LoadRefusedError",
