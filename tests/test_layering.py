@@ -45,6 +45,7 @@ RANKS = {
         "check": 3,
         "alerts": 4,
         "report": 5,
+        "maintain": 1,  # reads and compacts tables; needs only the lakehouse layer
         "": 6,  # pipeline, pipeline_config, check_job, run_summary, cli, __main__
     },
 }

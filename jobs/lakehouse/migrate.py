@@ -34,7 +34,7 @@ from jobs.lakehouse.table_versions import (
     decide,
     inspect_table,
 )
-from jobs.lakehouse.tables import Registry, Table
+from jobs.lakehouse.tables import DATABASE, Registry, Table
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,7 @@ def migrate_warehouse(spark: SparkSession, warehouse: str | None = None,
                       progress: Callable[[str], None] = log.info) -> list[Migrated]:
     """Migrate every table of the warehouse (the session's by default)."""
     registry = Registry(spark, warehouse)
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
     done = []
     for table in registry.tables.values():
         result = migrate_table(spark, registry, table)

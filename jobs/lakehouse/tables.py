@@ -46,6 +46,7 @@ QUARANTINE = "quarantine"
 RETENTION_GAPS = "retention_gaps"
 LOAD_STATE = "load_state"
 LOAD_RUNS = "load_runs"
+MAINTENANCE_RUNS = "maintenance_runs"
 # Checks: written per snapshot by the reconcile job and the alerts.
 CHECK_RESULTS = "check_results"
 CONSUMER_LAG = "consumer_lag"
@@ -54,7 +55,7 @@ ALERTS = "alerts"
 
 TABLES = (MESSAGES, QUEUE_ENTRIES, INDEX_ENTRIES, TOPICS, SUBSCRIPTION_GROUPS,
           CONSUMER_OFFSETS, DELAY_OFFSETS, PENDING_TIMERS, SNAPSHOTS, QUARANTINE,
-          RETENTION_GAPS, LOAD_STATE, LOAD_RUNS, CHECK_RESULTS, CONSUMER_LAG,
+          RETENTION_GAPS, LOAD_STATE, LOAD_RUNS, MAINTENANCE_RUNS, CHECK_RESULTS, CONSUMER_LAG,
           CONSUMER_STATUS, ALERTS)
 
 

@@ -1,0 +1,140 @@
+"""Table maintenance after a broker's night: compaction, VACUUM, checkpoints, recorded.
+
+``maintain_tables`` runs after the broker's checks (the DAG's ``maintain`` task, or
+``python -m jobs maintain --broker NAME``). For every table, per its policy
+(:mod:`jobs.maintain.policy`):
+
+1. **compaction**: bin-packing of small files into files of the policy's target size, in
+   the broker's own partition (scope ``broker``) or across the table (scope ``table``);
+2. **VACUUM**: deletes files no version within ``time_travel_days`` refers to, so time
+   travel keeps working for that many days and storage stops growing with history;
+3. **checkpoint**: a checkpoint of the newest version, and log entries older than the
+   table's log retention (Delta's default, 30 days) and behind a checkpoint are removed,
+   so opening a table reads one checkpoint and a few commits, however old it is.
+
+Two maintenances never work on the same thing at once: each (table, scope) and each
+table's VACUUM is taken with a non-blocking lock (:mod:`jobs.lakehouse.locks`); a
+maintenance that finds one taken skips it ("skipped": the other one does the work).
+Compaction commits with ``dataChange = false``, which Delta never counts as a conflict for
+blind appends, so loads of other brokers go on meanwhile.
+
+Runs on the driver with delta-rs: no JVM, no Spark application, no pool slot.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from jobs.lakehouse import tables as T
+from jobs.lakehouse.locks import try_lock
+from jobs.lakehouse.tables import Registry, read_delta_rows
+from jobs.maintain.policy import BROKER, POLICIES, TablePolicy
+
+log = logging.getLogger(__name__)
+
+DONE, SKIPPED = "done", "skipped"
+DEFAULT_TIME_TRAVEL_DAYS = 7.0
+
+
+@dataclass(frozen=True)
+class TableState:
+    """Files and log of a table at one moment."""
+
+    files: int
+    bytes: int
+    version: int
+    checkpoint_version: int | None
+    log_files: int
+    log_bytes: int
+
+
+def table_state(location: str | Path) -> TableState:
+    from deltalake import DeltaTable as RustDeltaTable
+
+    table = RustDeltaTable(str(location))
+    adds = table.get_add_actions(flatten=True)
+    sizes = adds.column("size_bytes").to_pylist() if adds.num_rows else []
+    log_dir = Path(location) / "_delta_log"
+    log_entries = [p for p in log_dir.iterdir() if p.is_file()]
+    checkpoints = [int(p.name.split(".")[0]) for p in log_entries
+                   if ".checkpoint" in p.name and p.name.split(".")[0].isdigit()]
+    return TableState(len(sizes), sum(sizes), table.version(),
+                      max(checkpoints) if checkpoints else None,
+                      len(log_entries), sum(p.stat().st_size for p in log_entries))
+
+
+def maintain_tables(registry: Registry, broker: str, *,
+                    time_travel_days: float = DEFAULT_TIME_TRAVEL_DAYS,
+                    progress: Callable[[str], None] = log.info) -> list[dict]:
+    """Maintain every table for ``broker``'s night and record one row per table."""
+    if time_travel_days < 1:
+        raise ValueError("time_travel_days must be at least 1: a VACUUM must never remove "
+                         "files that a load or query still running may read")
+    run_id = uuid.uuid4().hex
+    rows = []
+    for name, table in registry.tables.items():
+        if not (Path(table.location) / "_delta_log").is_dir():
+            continue  # never created: nothing to maintain
+        row = _maintain_table(registry.warehouse, table.location, name, POLICIES[name],
+                              broker, time_travel_days)
+        progress(f"{name}: {row['outcome']}, files {row['files_before']} -> "
+                 f"{row['files_after']} in {row['seconds']:.1f} s"
+                 + (f" ({row['detail']})" if row["detail"] else ""))
+        rows.append({"run_id": run_id, **row})
+    contract = registry[T.MAINTENANCE_RUNS].contract
+    registry.append_rows(T.MAINTENANCE_RUNS,
+                         [tuple(row[c.name] for c in contract.columns) for row in rows])
+    return rows
+
+
+def _maintain_table(warehouse: str, location: str, name: str, policy: TablePolicy,
+                    broker: str, time_travel_days: float) -> dict:
+    from deltalake import DeltaTable as RustDeltaTable
+
+    started, clock = datetime.now(UTC), time.monotonic()
+    before = table_state(location)
+    row: dict = {"broker": broker, "table_name": name, "scope": policy.scope,
+                 "started_at": started, "outcome": DONE, "detail": None,
+                 "files_before": before.files, "bytes_before": before.bytes,
+                 "files_compacted": 0, "files_written": 0, "files_vacuumed": 0}
+    notes = []
+    scope_lock = f"maintain-{name}" + (f"-{broker}" if policy.scope == BROKER else "")
+    with try_lock(warehouse, scope_lock) as held:
+        if held is not None:
+            filters = [("broker", "=", broker)] if policy.scope == BROKER else None
+            metrics = RustDeltaTable(location).optimize.compact(
+                partition_filters=filters, target_size=policy.target_file_bytes)
+            row["files_compacted"] = int(metrics.get("numFilesRemoved", 0))
+            row["files_written"] = int(metrics.get("numFilesAdded", 0))
+        else:
+            notes.append("compaction: another maintenance holds it")
+    with try_lock(warehouse, f"vacuum-{name}") as held:
+        if held is not None:
+            table = RustDeltaTable(location)
+            row["files_vacuumed"] = len(table.vacuum(
+                retention_hours=round(time_travel_days * 24), dry_run=False,
+                enforce_retention_duration=False))
+            table.create_checkpoint()
+            table.cleanup_metadata()
+        else:
+            notes.append("VACUUM and checkpoint: another maintenance holds them")
+    after = table_state(location)
+    row.update({"files_after": after.files, "bytes_after": after.bytes,
+                "delta_version": after.version, "checkpoint_version": after.checkpoint_version,
+                "log_files": after.log_files, "log_bytes": after.log_bytes,
+                "seconds": round(time.monotonic() - clock, 3),
+                "outcome": SKIPPED if len(notes) == 2 else DONE,
+                "detail": "; ".join(notes) or None})
+    return row
+
+
+def maintenance_history(registry: Registry, table: str) -> list[dict]:
+    """The recorded maintenance rows of one table (oldest first)."""
+    rows = read_delta_rows(registry[T.MAINTENANCE_RUNS].location, table_name=table)
+    return sorted(rows, key=lambda r: r["started_at"])

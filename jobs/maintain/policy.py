@@ -1,0 +1,62 @@
+"""How each table is kept small and fast for years: compaction, VACUUM, checkpoints.
+
+Every table is compacted by **bin-packing** (Delta's ``OPTIMIZE``: small files of a
+partition rewritten into files of up to ``target_file_bytes``), never re-sorted:
+
+* no query of the lakehouse filters on a column that sorting would help more than the
+  partitioning and statistics already do: per-snapshot tables are read by
+  ``broker``/``snapshot_id`` and their files are written in snapshot order, so bin-packing
+  in that order keeps each file's ``snapshot_id`` range tight for data skipping; facts are
+  read by ``store_date`` (a partition) or by ``broker`` and position ranges, which arrive
+  in order;
+* Z-order rewrites a whole partition each time it runs, and liquid clustering cannot be
+  combined with the partitions that keep the brokers' writes apart.
+
+A compaction rewrites at most ``target_file_bytes`` of old data per partition per night
+(files at the target size are left alone), so its cost stays flat as history grows.
+
+**Scope** decides who compacts what, so that maintenance never conflicts with a writer:
+
+* ``broker``: tables partitioned by broker (their rows are replaced per snapshot) are
+  compacted partition by partition, in the broker's own task group after its checks: the
+  only writers of that partition are that broker's load and check, which are done by then;
+* ``table``: tables all brokers append to (facts, state, bookkeeping) are compacted whole.
+  Compaction never conflicts with blind appends; two compactions of one table would, so
+  one maintenance at a time holds the table (the others skip it that night).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jobs.lakehouse import tables as T
+
+MIB = 2**20
+BROKER, TABLE = "broker", "table"
+
+
+@dataclass(frozen=True)
+class TablePolicy:
+    scope: str               # BROKER or TABLE, see above
+    target_file_bytes: int   # compaction target; files this large are left alone
+    why: str
+
+
+_FACTS = TablePolicy(TABLE, 128 * MIB, "appended by every load; large scans: files of "
+                                       "Parquet's usual 128 MiB")
+_STATE = TablePolicy(TABLE, 32 * MIB, "a few rows per broker per snapshot, appended once: "
+                                      "one file per snapshot partition after compaction")
+_PER_BROKER = TablePolicy(BROKER, 32 * MIB, "rows replaced per (broker, snapshot): one small "
+                                            "file per broker partition after compaction")
+_BOOKKEEPING = TablePolicy(TABLE, 32 * MIB, "an audit log appended by every run: a few "
+                                            "files in all")
+
+POLICIES: dict[str, TablePolicy] = {
+    T.MESSAGES: _FACTS, T.QUEUE_ENTRIES: _FACTS, T.INDEX_ENTRIES: _FACTS,
+    T.TOPICS: _STATE, T.SUBSCRIPTION_GROUPS: _STATE, T.CONSUMER_OFFSETS: _STATE,
+    T.DELAY_OFFSETS: _STATE, T.PENDING_TIMERS: _STATE,
+    T.QUARANTINE: _BOOKKEEPING, T.RETENTION_GAPS: _BOOKKEEPING, T.LOAD_RUNS: _BOOKKEEPING,
+    T.MAINTENANCE_RUNS: _BOOKKEEPING,
+    T.SNAPSHOTS: _PER_BROKER, T.LOAD_STATE: _PER_BROKER, T.CHECK_RESULTS: _PER_BROKER,
+    T.CONSUMER_LAG: _PER_BROKER, T.CONSUMER_STATUS: _PER_BROKER, T.ALERTS: _PER_BROKER,
+}
