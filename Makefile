@@ -77,6 +77,9 @@ run: setup default-store $(AIRFLOW_DB)
 $(AIRFLOW_DB): $(INSTALLED)
 	@mkdir -p $(AIRFLOW_HOME_DIR)
 	$(AIRFLOW) db migrate >/dev/null
+	$(AIRFLOW_ENV) $(PY) -c 'from jobs.pipeline_config import load_config; c = load_config(); \
+		print(c.spark_pool, c.spark_pool_slots, "Spark-applications-at-once")' \
+		| xargs $(AIRFLOW) pools set >/dev/null
 
 ## browser: Debian's Chromium for the tests that open the HTML reports (playwright drives
 ## it; nothing downloads a browser of its own). Installs only when missing (needs root).

@@ -1,5 +1,6 @@
-"""rmq_nightly: every night, per configured broker, snapshot -> load -> check -> alert -> clean up,
-then ``run_outcome``, which tells the operator about any task that failed or was killed.
+"""rmq_nightly: every night, per configured broker, snapshot -> load -> check -> alert -> maintain
+-> clean up, then ``run_outcome``, which tells the operator about any task that failed or was
+killed. Load and check take a slot of the Spark pool (``spark_pool_slots``) each.
 
 The steps are ``jobs.pipeline`` functions; this file only wires them into Airflow:
 brokers from ``config/pipeline.yaml`` (or the ``rmq_brokers`` Variable), one mapped task
@@ -137,12 +138,14 @@ def rmq_nightly() -> None:
                 return _step(pipeline.snapshot_broker, CONFIG, source_of, _snapshot_id())
             return _remote_snapshot(source_of, _snapshot_id())
 
-        @task(map_index_template=BY_BROKER,
+        # Tasks that start a Spark application take a slot of the pool (spark_pool_slots
+        # of config/pipeline.yaml): brokers beyond it wait instead of starting more JVMs.
+        @task(map_index_template=BY_BROKER, pool=CONFIG.spark_pool,
               outlets=[table_asset(name) for name in LOADED_TABLES])
         def load(snapshot: dict[str, Any]) -> dict[str, Any]:
             return _step(pipeline.load_broker, _spark(), CONFIG, _labelled(snapshot))
 
-        @task(map_index_template=BY_BROKER,
+        @task(map_index_template=BY_BROKER, pool=CONFIG.spark_pool,
               outlets=[table_asset(name) for name in CHECKED_TABLES])
         def check(loaded: dict[str, Any]) -> dict[str, Any]:
             return _step(pipeline.check_broker, _spark(), CONFIG, _labelled(loaded),
@@ -153,13 +156,17 @@ def rmq_nightly() -> None:
             return _deliver(_labelled(checked))
 
         @task(map_index_template=BY_BROKER)
+        def maintain(delivered: dict[str, Any]) -> dict[str, Any]:
+            return pipeline.maintain_broker(CONFIG, _labelled(delivered))
+
+        @task(map_index_template=BY_BROKER)
         def clean_up(snapshot: dict[str, Any]) -> dict[str, Any]:
             snapshot = _labelled(snapshot)
             return pipeline.clean_up_broker(CONFIG, snapshot["broker"], snapshot["snapshot_id"])
 
         taken = snapshot(broker)
         delivered = alert(check(load(taken)))
-        delivered >> clean_up(taken)
+        maintain(delivered) >> clean_up(taken)
 
     @task(trigger_rule=TriggerRule.ALL_DONE, retries=0)
     def run_outcome() -> dict[str, Any]:

@@ -6,6 +6,7 @@
     python -m jobs sql --list                              # the saved queries
     python -m jobs tables                                  # tables, rows, locations
     python -m jobs migrate                                 # tables to this code's contracts
+    python -m jobs maintain --broker NAME                  # compact, vacuum, checkpoint (no Spark)
     python -m jobs summary --snapshot-id ID [--broker NAME] # after a DAG run (no Spark)
 
 Exit codes: 0 done, 1 checked and an alert was raised (check only), 2 bad command line,
@@ -67,6 +68,11 @@ def _parser() -> argparse.ArgumentParser:
     sql.add_argument("--limit", type=int, default=50, help="rows to print (default 50)")
 
     commands.add_parser("tables", help="list the tables with their row counts")
+    maintain = commands.add_parser("maintain", help="compact, vacuum and checkpoint the tables "
+                                   "after a broker's night (delta-rs, no Spark)")
+    maintain.add_argument("--broker", required=True, help="broker whose partitions to compact")
+    maintain.add_argument("--time-travel-days", type=float, default=7.0,
+                          help="VACUUM keeps every table version this many days (default 7)")
     commands.add_parser("migrate", help="bring every table to this code's data contracts "
                         "(after an upgrade; run with no load or check running)")
 
@@ -92,7 +98,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("error: give either SQL text or --saved NAME", file=sys.stderr)
         return EXIT_USAGE
     try:
-        return _summary(args) if args.command == "summary" else _run(args)
+        if args.command == "summary":
+            return _summary(args)
+        return _maintain(args) if args.command == "maintain" else _run(args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERNAL
@@ -114,6 +122,26 @@ def _summary(args: argparse.Namespace) -> int:
     brokers = args.broker or [b.name for b in config.brokers]
     print("\n\n".join(format_run_summary(config, broker, args.snapshot_id)
                       for broker in brokers))
+    return EXIT_OK
+
+
+def _maintain(args: argparse.Namespace) -> int:
+    import os
+
+    from jobs.lakehouse.jars import REPO_ROOT
+    from jobs.maintain.maintenance import MaintenanceError, maintain_tables
+
+    warehouse = Path(args.warehouse or os.environ.get("RMQ_WAREHOUSE")
+                     or REPO_ROOT / ".cache" / "warehouse")
+    try:
+        maintain_tables(warehouse.resolve(), args.broker, time_travel_days=args.time_travel_days,
+                        progress=print)
+    except (MaintenanceError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_REFUSED
+    except Exception as error:  # one line, not a traceback
+        print(f"internal error: {type(error).__name__}: {_first_line(error)}", file=sys.stderr)
+        return EXIT_INTERNAL
     return EXIT_OK
 
 
@@ -157,12 +185,16 @@ def _run(args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_REFUSED
     except Exception as error:  # the CLI promises one line, not a traceback
-        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        print(f"internal error: {type(error).__name__}: {first}", file=sys.stderr)
+        print(f"internal error: {type(error).__name__}: {_first_line(error)}", file=sys.stderr)
         return EXIT_INTERNAL
     finally:
         if spark is not None:
             spark.stop()
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else ""
 
 
 def _check_store(store: Path) -> None:

@@ -183,6 +183,22 @@ def _recorded(registry: Registry, broker: str, snapshot_id: str) -> dict[str, An
             "alert_severity": alerts[0]["severity"] if alerts else None}
 
 
+# --------------------------------------------------------------------------- maintenance
+
+
+def maintain_broker(config: PipelineConfig, checked: dict[str, Any]) -> dict[str, Any]:
+    """Compact, vacuum and checkpoint the tables after the broker's checks (no Spark)."""
+    from jobs.maintain.maintenance import maintain_tables
+
+    broker = checked["broker"]
+    rows = maintain_tables(config.warehouse, broker, time_travel_days=config.time_travel_days,
+                           progress=_say(broker))
+    return {**_ids(checked),
+            "files_before": sum(r["files_before"] for r in rows),
+            "files_after": sum(r["files_after"] for r in rows),
+            "files_vacuumed": sum(r["files_vacuumed"] for r in rows)}
+
+
 # --------------------------------------------------------------------------- cleanup
 
 

@@ -8,6 +8,9 @@ retention_days: 7                # snapshots older than this are deleted (never 
 retries: 2                       # per task, with exponential backoff from retry_delay_s
 retry_delay_s: 60
 spark_conn_id: rmq_spark         # Airflow connection naming the Spark master; absent: local
+spark_pool: rmq_spark            # Airflow pool of the tasks that start a Spark application
+spark_pool_slots: 2              # ... and its size: Spark applications at once per deployment
+time_travel_days: 7              # maintenance VACUUM keeps every table version this long
 deliver_alerts: true             # false: alerts are recorded and logged, not sent
 alerts_config: config/alerts.yaml  # thresholds, consumer-status window, reminders, channels
 brokers:
@@ -71,6 +74,9 @@ class PipelineConfig:
     deliver_alerts: bool
     brokers: tuple[BrokerSource, ...]
     source: Path
+    spark_pool: str = "rmq_spark"
+    spark_pool_slots: int = 2
+    time_travel_days: float = 7.0
     alerts_config: Path = REPO_ROOT / "config" / "alerts.yaml"
 
     @property
@@ -94,7 +100,8 @@ def load_config(path: str | Path | None = None) -> PipelineConfig:
     if not isinstance(document, dict):
         raise PipelineConfigError(f"{path}: expected a mapping at the top")
     known = {"schedule", "snapshot_root", "warehouse", "retention_days", "retries",
-             "retry_delay_s", "spark_conn_id", "deliver_alerts", "brokers", "alerts_config"}
+             "retry_delay_s", "spark_conn_id", "deliver_alerts", "brokers", "alerts_config",
+             "spark_pool", "spark_pool_slots", "time_travel_days"}
     unknown = sorted(set(document) - known)
     if unknown:
         raise PipelineConfigError(f"{path}: unknown key(s) {', '.join(unknown)}")
@@ -117,6 +124,9 @@ def load_config(path: str | Path | None = None) -> PipelineConfig:
         brokers=parse_brokers(document.get("brokers") or [], str(path)),
         source=path,
         alerts_config=where("alerts_config", "config/alerts.yaml"),
+        spark_pool=str(document.get("spark_pool") or "rmq_spark"),
+        spark_pool_slots=int(_at_least(path, document, "spark_pool_slots", 2, 1)),
+        time_travel_days=_at_least(path, document, "time_travel_days", 7, 1),
     )
 
 
@@ -154,6 +164,13 @@ def _number(path: Path, document: dict, key: str, default: float) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
         raise PipelineConfigError(f"{path}: {key} must be a number >= 0, not {value!r}")
     return float(value)
+
+
+def _at_least(path: Path, document: dict, key: str, default: float, minimum: float) -> float:
+    value = _number(path, document, key, default)
+    if value < minimum:
+        raise PipelineConfigError(f"{path}: {key} must be at least {minimum:g}, not {value:g}")
+    return value
 
 
 def _flag(path: Path, document: dict, key: str, default: bool) -> bool:

@@ -84,6 +84,23 @@ def read_delta_rows(location: str | Path, **equal: object) -> list[dict[str, obj
     return RustDeltaTable(str(location)).to_pyarrow_table(filters=filters).to_pylist()
 
 
+def append_delta_rows(location: str | Path, contract: Contract, rows: list[tuple]) -> None:
+    """Append a few bookkeeping rows with delta-rs (milliseconds, no Spark job).
+
+    Only for small append-only tables whose protocol delta-rs writes (the contracts'
+    tables use writer version 2); the schema is the contract's, so NOT NULL holds.
+    """
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    schema = contract.arrow_schema()
+    columns = list(zip(*rows, strict=True)) if rows else [[] for _ in schema]
+    data = pa.Table.from_arrays(
+        [pa.array(list(values), field.type) for values, field in
+         zip(columns, schema, strict=True)], schema=schema)
+    write_deltalake(str(location), data, mode="append")
+
+
 class TableDriftError(RuntimeError):
     """A table on disk no longer matches its data contract."""
 
@@ -222,21 +239,9 @@ class Registry:
         return read_delta_rows(self[name].location, **equal)
 
     def append_rows(self, name: str, rows: list[tuple]) -> None:
-        """Append a few bookkeeping rows with delta-rs (milliseconds, no Spark job).
-
-        Only for small append-only tables whose protocol delta-rs writes (the contracts'
-        tables use writer version 2); the schema is the contract's, so NOT NULL holds.
-        """
-        import pyarrow as pa
-        from deltalake import write_deltalake
-
+        """Append a few bookkeeping rows with delta-rs (see :func:`append_delta_rows`)."""
         table = self.ensure(names=False)[name]
-        schema = table.contract.arrow_schema()
-        columns = list(zip(*rows, strict=True)) if rows else [[] for _ in schema]
-        data = pa.Table.from_arrays(
-            [pa.array(list(values), field.type) for values, field in
-             zip(columns, schema, strict=True)], schema=schema)
-        write_deltalake(table.location, data, mode="append")
+        append_delta_rows(table.location, table.contract, rows)
 
     def drift(self, name: str) -> list[str]:
         """Differences between the table on disk and its contract (empty when none)."""

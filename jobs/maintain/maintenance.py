@@ -32,8 +32,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from jobs.lakehouse import tables as T
+from jobs.lakehouse.contracts import load_contracts
 from jobs.lakehouse.locks import try_lock
-from jobs.lakehouse.tables import Registry, read_delta_rows
+from jobs.lakehouse.tables import append_delta_rows, table_location
 from jobs.maintain.policy import BROKER, POLICIES, TablePolicy
 
 log = logging.getLogger(__name__)
@@ -69,28 +70,38 @@ def table_state(location: str | Path) -> TableState:
                       len(log_entries), sum(p.stat().st_size for p in log_entries))
 
 
-def maintain_tables(registry: Registry, broker: str, *,
+def maintain_tables(warehouse: str | Path, broker: str, *,
                     time_travel_days: float = DEFAULT_TIME_TRAVEL_DAYS,
                     progress: Callable[[str], None] = log.info) -> list[dict]:
     """Maintain every table for ``broker``'s night and record one row per table."""
     if time_travel_days < 1:
         raise ValueError("time_travel_days must be at least 1: a VACUUM must never remove "
                          "files that a load or query still running may read")
+    contracts = load_contracts()
+    runs = table_location(warehouse, T.MAINTENANCE_RUNS)
+    if not (runs / "_delta_log").is_dir():
+        raise MaintenanceError(f"no table {runs}: maintenance runs after a load, which "
+                               "creates the tables")
     run_id = uuid.uuid4().hex
     rows = []
-    for name, table in registry.tables.items():
-        if not (Path(table.location) / "_delta_log").is_dir():
+    for name in T.TABLES:
+        location = table_location(warehouse, name)
+        if not (location / "_delta_log").is_dir():
             continue  # never created: nothing to maintain
-        row = _maintain_table(registry.warehouse, table.location, name, POLICIES[name],
-                              broker, time_travel_days)
+        row = _maintain_table(str(warehouse), str(location), name, POLICIES[name], broker,
+                              time_travel_days)
         progress(f"{name}: {row['outcome']}, files {row['files_before']} -> "
                  f"{row['files_after']} in {row['seconds']:.1f} s"
                  + (f" ({row['detail']})" if row["detail"] else ""))
         rows.append({"run_id": run_id, **row})
-    contract = registry[T.MAINTENANCE_RUNS].contract
-    registry.append_rows(T.MAINTENANCE_RUNS,
-                         [tuple(row[c.name] for c in contract.columns) for row in rows])
+    contract = contracts[T.MAINTENANCE_RUNS]
+    append_delta_rows(runs, contract, [tuple(row[c.name] for c in contract.columns)
+                                       for row in rows])
     return rows
+
+
+class MaintenanceError(RuntimeError):
+    """Maintenance cannot run (e.g. the warehouse has no tables yet)."""
 
 
 def _maintain_table(warehouse: str, location: str, name: str, policy: TablePolicy,
@@ -132,9 +143,3 @@ def _maintain_table(warehouse: str, location: str, name: str, policy: TablePolic
                 "outcome": SKIPPED if len(notes) == 2 else DONE,
                 "detail": "; ".join(notes) or None})
     return row
-
-
-def maintenance_history(registry: Registry, table: str) -> list[dict]:
-    """The recorded maintenance rows of one table (oldest first)."""
-    rows = read_delta_rows(registry[T.MAINTENANCE_RUNS].location, table_name=table)
-    return sorted(rows, key=lambda r: r["started_at"])
