@@ -159,12 +159,10 @@ class Registry:
 
         def prepare(table: Table) -> None:
             name = table.qualified_name
-            if registered.get(name) == table.location:
-                return
             if self.bring_to_contract(table):
                 registered[name] = table.location  # CREATE TABLE registered the name
                 return
-            if not names:
+            if not names or registered.get(name) == table.location:
                 return
             self.spark.sql(f"DROP TABLE IF EXISTS {name}")  # external: metadata only
             self.spark.sql(f"CREATE TABLE {name} USING DELTA LOCATION '{table.location}'")

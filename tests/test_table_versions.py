@@ -1,0 +1,191 @@
+"""Contract versions recorded in the tables: minor bumps evolve in place, a major one is
+refused until ``python -m jobs migrate`` rewrites the table, which keeps every row."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+from lakehouse import canonical, load
+
+from jobs.lakehouse import tables as T
+from jobs.lakehouse.contracts import Column, Contract, ContractError
+from jobs.lakehouse.delta_io import conform
+from jobs.lakehouse.migrate import migrate_warehouse
+from jobs.lakehouse.table_versions import (
+    CONTRACT_VERSION,
+    MIGRATION_SOURCE,
+    ContractVersionError,
+    inspect_table,
+)
+from jobs.lakehouse.tables import Registry
+from jobs.load.broker_lock import broker_load_lock
+from jobs.load.job import LoadRefusedError
+
+pytestmark = [pytest.mark.spark, pytest.mark.broker]
+
+BROKER = "broker-v"
+
+
+def rows(location: str | Path, version: int | None = None) -> list[str]:
+    """Every row of a Delta table (at a version) as sorted canonical JSON, read by delta-rs."""
+    table = DeltaTable(str(location), version=version)
+    return sorted(json.dumps({k: canonical(v) for k, v in row.items()}, sort_keys=True,
+                             default=str) for row in table.to_pyarrow_table().to_pylist())
+
+
+def previous_major(contract: Contract) -> Contract:
+    """The contract as the previous major version had it: the tables now partitioned by
+    broker were unpartitioned (snapshots, load_state) or partitioned by snapshot_id."""
+    by_snapshot = contract.table in (T.CHECK_RESULTS, T.CONSUMER_LAG, T.CONSUMER_STATUS)
+    columns = tuple(dataclasses.replace(
+        c, partition_position=1 if (by_snapshot and c.name == "snapshot_id") else None)
+        for c in contract.columns)
+    return dataclasses.replace(contract, columns=columns, version="1.0.0")
+
+
+def downgrade(spark, registry: Registry, name: str) -> list[str]:  # type: ignore[no-untyped-def]
+    """Rewrite a table as the previous major contract made it, with its rows; returns them."""
+    table = registry[name]
+    before = rows(table.location)
+    data = spark.read.format("delta").load(table.location).localCheckpoint()
+    old = previous_major(table.contract)
+    spark.sql(f"DROP TABLE IF EXISTS {table.qualified_name}")
+    spark.sql(f"CREATE TABLE {table.qualified_name} USING DELTA LOCATION '{table.location}'")
+    spark.sql(old.create_table_sql(table.qualified_name, table.location, replace=True))
+    conform(data, old).write.format("delta").mode("append").save(table.location)
+    assert rows(table.location) == before
+    return before
+
+
+@pytest.fixture(scope="module")
+def loaded(spark, broker_stores, tmp_path_factory):  # type: ignore[no-untyped-def]
+    warehouse = tmp_path_factory.mktemp("versions")
+    registry, _ = load(spark, warehouse, BROKER, "s1", broker_stores["v5-clean"] / "store")
+    return registry
+
+
+def test_a_previous_major_is_refused_then_migrated_with_every_row(spark, loaded,  # type: ignore[no-untyped-def]
+                                                                 broker_stores):
+    registry: Registry = loaded
+    kept = {name: downgrade(spark, registry, name) for name in (T.SNAPSHOTS, T.LOAD_STATE)}
+    old_versions = {name: inspect_table(registry[name].location).delta_version for name in kept}
+    assert inspect_table(registry[T.SNAPSHOTS].location).partition_columns == ()
+
+    with pytest.raises(ContractVersionError, match="python -m jobs migrate"):
+        Registry(spark, registry.warehouse).ensure(names=False)
+
+    done = {m.table: m for m in migrate_warehouse(spark, registry.warehouse)}
+    for name, before in kept.items():
+        location = registry[name].location
+        found = inspect_table(location)
+        assert done[name].action == "rewritten" and done[name].rows == len(before)
+        assert found.partition_columns == ("broker",)
+        assert found.recorded_version == registry[name].contract.version
+        assert found.migration_source is None
+        assert rows(location) == before
+        assert rows(location, old_versions[name]) == before  # time travel to the old layout
+        assert registry.drift(name) == []
+    assert {m.action for m in done.values()} <= {"rewritten", "unchanged"}
+    # migrated: loads go on, and migrating again changes nothing
+    again = migrate_warehouse(spark, registry.warehouse)
+    assert {m.action for m in again} == {"unchanged"}
+    summary = load(spark, Path(registry.warehouse), BROKER, "s2",
+                   broker_stores["v5-clean"] / "store")[1]
+    assert summary.snapshot_seq == 2 and not summary.skipped
+
+
+def test_a_migration_killed_half_way_is_finished_by_running_it_again(spark, loaded):  # type: ignore[no-untyped-def]
+    registry: Registry = loaded
+    table = registry[T.LOAD_STATE]
+    before = rows(table.location)
+    source = inspect_table(table.location).delta_version
+    # what a migration leaves when it dies after replacing the table, before copying rows
+    spark.sql(f"DROP TABLE IF EXISTS {table.qualified_name}")
+    spark.sql(f"CREATE TABLE {table.qualified_name} USING DELTA LOCATION '{table.location}'")
+    spark.sql(table.contract.create_table_sql(
+        table.qualified_name, table.location, replace=True,
+        extra_properties={MIGRATION_SOURCE: str(source)}))
+    assert rows(table.location) == []
+    with pytest.raises(ContractVersionError, match="did not finish"):
+        Registry(spark, registry.warehouse).ensure(names=False)
+    done = {m.table: m for m in migrate_warehouse(spark, registry.warehouse)}
+    assert done[T.LOAD_STATE].action == "rewritten"
+    assert rows(table.location) == before
+    assert inspect_table(table.location).migration_source is None
+
+
+def test_a_minor_bump_adds_nullable_columns_in_place(spark, loaded):  # type: ignore[no-untyped-def]
+    registry = Registry(spark, loaded.warehouse)
+    table = registry[T.TOPICS]
+    before = rows(table.location)
+    major, minor, _ = table.contract.version.split(".")
+    extra = Column(name="owner_team", spark_type="STRING", required=False,
+                   description="Team owning the topic (added in a minor version).",
+                   primary_key_position=None, partition_position=None, enum=())
+    newer = dataclasses.replace(table.contract, version=f"{major}.{int(minor) + 1}.0",
+                                columns=(*table.contract.columns, extra))
+    registry.tables[T.TOPICS] = dataclasses.replace(table, contract=newer)
+    registry.ensure(names=False)
+    found = inspect_table(table.location)
+    assert found.recorded_version == newer.version
+    assert found.columns[-1] == "owner_team"
+    assert registry.drift(T.TOPICS) == []
+    after = [json.loads(r) for r in rows(table.location)]
+    assert all(r.pop("owner_team") is None for r in after)
+    assert sorted(json.dumps(r, sort_keys=True) for r in after) == before
+    # the table is now newer than the code's own contract: still written (same major)
+    assert Registry(spark, loaded.warehouse).ensure(names=False)
+
+    required = dataclasses.replace(extra, name="must_have", required=True)
+    stricter = dataclasses.replace(newer, version=f"{major}.{int(minor) + 2}.0",
+                                   columns=(*newer.columns, required))
+    registry = Registry(spark, loaded.warehouse)
+    registry.tables[T.TOPICS] = dataclasses.replace(table, contract=stricter)
+    with pytest.raises(ContractError, match="may only add nullable columns"):
+        registry.ensure(names=False)
+    assert inspect_table(table.location).recorded_version == newer.version
+
+
+def test_a_table_from_newer_code_is_refused(spark, loaded, tmp_path: Path):  # type: ignore[no-untyped-def]
+    registry = Registry(spark, loaded.warehouse)
+    table = registry[T.ALERTS]
+    spark.sql(f"ALTER TABLE delta.`{table.location}` SET TBLPROPERTIES "
+              f"('{CONTRACT_VERSION}' = '99.0.0')")
+    try:
+        with pytest.raises(ContractVersionError, match="upgrade the code"):
+            Registry(spark, loaded.warehouse).ensure(names=False)
+    finally:
+        spark.sql(f"ALTER TABLE delta.`{table.location}` SET TBLPROPERTIES "
+                  f"('{CONTRACT_VERSION}' = '{table.contract.version}')")
+
+
+def test_a_second_load_of_one_broker_is_refused_while_the_first_runs(spark, loaded,  # type: ignore[no-untyped-def]
+                                                                   broker_stores) -> None:
+    """Another process holds the broker's load lock: the load is refused at once, naming
+    it; a load of another broker is not affected; when the holder dies, loads go on."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time\n"
+         "from jobs.load.broker_lock import broker_load_lock\n"
+         f"with broker_load_lock({loaded.warehouse!r}, {BROKER!r}, 's9'):\n"
+         "    print('held', flush=True)\n"
+         "    time.sleep(600)\n"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        store = broker_stores["v5-clean"] / "store"
+        with pytest.raises(LoadRefusedError, match=f"another load of broker '{BROKER}'.*s9"):
+            load(spark, Path(loaded.warehouse), BROKER, "s3", store)
+        with broker_load_lock(loaded.warehouse, "another-broker", "s3"):
+            pass  # other brokers' locks are free
+    finally:
+        holder.kill()
+        holder.wait()
+    with broker_load_lock(loaded.warehouse, BROKER, "s3"):
+        pass  # the kernel released the dead holder's lock
