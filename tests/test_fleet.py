@@ -1,0 +1,117 @@
+"""A night of a fleet: four brokers loaded, checked and maintained at the same time, each
+in a process of its own, into one warehouse, first fresh, then with existing tables.
+
+Every process must succeed, and every table must hold what loading and checking the same
+snapshots one after another gives (read with delta-rs, an independent reader).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+from lakehouse import canonical
+
+from jobs.check_job import check_snapshot
+from jobs.lakehouse import tables as T
+from jobs.lakehouse.tables import Registry, table_location
+from jobs.load.job import load_snapshot
+from jobs.maintain.maintenance import maintain_tables
+
+pytestmark = [pytest.mark.spark, pytest.mark.broker]
+
+FLEET = {"fleet-a": "v5-clean", "fleet-b": "v4-clean", "fleet-c": "v5-killed",
+         "fleet-d": "v4-killed"}
+NIGHTS = ("n1", "n2")
+# Columns that say when (or where) a check ran, not what it found.
+RUN_COLUMNS = {"checked_at", "raised_at", "report_url"}
+AUDIT_TABLES = {T.LOAD_RUNS, T.MAINTENANCE_RUNS}
+
+BROKER_NIGHT = """
+import sys
+from pathlib import Path
+from jobs.check_job import check_snapshot
+from jobs.lakehouse.spark_session import build_spark_session
+from jobs.lakehouse.tables import Registry
+from jobs.load.job import load_snapshot
+from jobs.maintain.maintenance import maintain_tables
+
+warehouse, broker, snapshot_id, store = sys.argv[1:]
+spark = build_spark_session("fleet-" + broker, warehouse=Path(warehouse))
+registry = Registry(spark, warehouse)
+load_snapshot(spark, broker, snapshot_id, store, registry=registry)
+check_snapshot(spark, registry, broker, snapshot_id)
+maintain_tables(warehouse, broker)
+print("done", broker, snapshot_id)
+"""
+
+
+def content(warehouse: Path) -> dict[str, list[str]]:
+    """Every table's rows as sorted canonical JSON (run columns left out), by delta-rs."""
+    tables = {}
+    for name in T.TABLES:
+        if name in AUDIT_TABLES:
+            continue
+        rows = DeltaTable(str(table_location(warehouse, name))).to_pyarrow_table().to_pylist()
+        tables[name] = sorted(
+            json.dumps({k: canonical(v) for k, v in row.items() if k not in RUN_COLUMNS},
+                       sort_keys=True, default=str) for row in rows)
+    return tables
+
+
+def night_of_the_fleet(warehouse: Path, night: str, stores: dict[str, Path],
+                       logs: Path) -> None:
+    """All brokers' load + check + maintenance at once, one process each."""
+    script = logs / "broker_night.py"
+    script.write_text(BROKER_NIGHT)
+    running = {}
+    for broker, variant in FLEET.items():
+        env = {**os.environ, "RMQ_SPARK_LOG_FILE": str(logs / f"{broker}-{night}-spark.log")}
+        out = (logs / f"{broker}-{night}.log").open("w")
+        running[broker] = (subprocess.Popen(
+            [sys.executable, str(script), str(warehouse), broker, night,
+             str(stores[variant] / "store")], stdout=out, stderr=subprocess.STDOUT, env=env), out)
+    failed = []
+    for broker, (process, out) in running.items():
+        code = process.wait(timeout=1800)
+        out.close()
+        if code != 0:
+            failed.append(f"{broker} exit {code}:\n"
+                          + (logs / f"{broker}-{night}.log").read_text()[-3000:])
+    assert not failed, "\n".join(failed)
+
+
+def test_four_brokers_at_once_equal_four_brokers_one_after_another(  # type: ignore[no-untyped-def]
+        spark, broker_stores, tmp_path: Path):
+    fleet_warehouse, serial_warehouse = tmp_path / "fleet", tmp_path / "serial"
+    for night in NIGHTS:  # n1 on a fresh warehouse (tables created in a race), n2 on them
+        night_of_the_fleet(fleet_warehouse, night, broker_stores, tmp_path)
+
+    registry = Registry(spark, serial_warehouse)
+    for night in NIGHTS:
+        for broker, variant in FLEET.items():
+            load_snapshot(spark, broker, night, broker_stores[variant] / "store",
+                          registry=registry)
+            check_snapshot(spark, registry, broker, night)
+    maintain_tables(serial_warehouse, "fleet-a")
+
+    fleet, serial = content(fleet_warehouse), content(serial_warehouse)
+    assert {name: len(rows) for name, rows in fleet.items()} == \
+        {name: len(rows) for name, rows in serial.items()}
+    for name in fleet:
+        assert fleet[name] == serial[name], name
+    snapshots = DeltaTable(str(table_location(fleet_warehouse, T.SNAPSHOTS))).to_pyarrow_table()
+    assert sorted(zip(snapshots.column("broker").to_pylist(),
+                      snapshots.column("snapshot_id").to_pylist(),
+                      snapshots.column("status").to_pylist(), strict=True)) == sorted(
+        (broker, night, "loaded") for broker in FLEET for night in NIGHTS)
+    # every broker's maintenance ran on both nights and recorded what it did
+    runs = DeltaTable(str(table_location(fleet_warehouse, T.MAINTENANCE_RUNS))
+                      ).to_pyarrow_table().to_pylist()
+    assert {r["broker"] for r in runs} == set(FLEET)
+    assert {r["table_name"] for r in runs} == set(T.TABLES)
