@@ -1,0 +1,83 @@
+"""Table maintenance after several loads: the same rows, fewer files, time travel intact,
+and a VACUUM that never removes what a running load wrote or still reads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable
+from lakehouse import canonical, load
+
+from jobs.lakehouse import tables as T
+from jobs.lakehouse.contracts import load_contracts
+from jobs.lakehouse.locks import try_lock
+from jobs.lakehouse.tables import table_location
+from jobs.maintain.maintenance import SKIPPED, maintain_tables, table_state
+from jobs.maintain.policy import BROKER, POLICIES
+
+pytestmark = [pytest.mark.spark, pytest.mark.broker]
+
+NAME = "broker-m"
+
+
+def rows(location: Path, version: int | None = None) -> list[str]:
+    table = DeltaTable(str(location), version=version)
+    return sorted(json.dumps({k: canonical(v) for k, v in row.items()}, sort_keys=True,
+                             default=str) for row in table.to_pyarrow_table().to_pylist())
+
+
+def test_every_table_has_a_policy_whose_scope_follows_its_partitioning() -> None:
+    for name, contract in load_contracts().items():
+        assert (POLICIES[name].scope == BROKER) == ("broker" in contract.partition_columns), name
+
+
+def test_maintenance_keeps_rows_drops_files_and_keeps_time_travel(  # type: ignore[no-untyped-def]
+        spark, broker_stores, tmp_path: Path):
+    warehouse = tmp_path / "wh"
+    for night in ("m1", "m2", "m3"):
+        load(spark, warehouse, NAME, night, broker_stores["v5-clean"] / "store")
+    tables = [n for n in T.TABLES if n != T.MAINTENANCE_RUNS]
+    before = {n: rows(table_location(warehouse, n)) for n in tables}
+    states = {n: table_state(table_location(warehouse, n)) for n in tables}
+    # a load running meanwhile has written a data file it has not committed yet
+    staged = table_location(warehouse, T.TOPICS) / "part-00000-inflight.snappy.parquet"
+    pq.write_table(pa.table({"x": [1]}), staged)
+
+    recorded = maintain_tables(warehouse, NAME, time_travel_days=2)
+
+    after = {n: table_state(table_location(warehouse, n)) for n in tables}
+    for name in tables:
+        location = table_location(warehouse, name)
+        assert rows(location) == before[name], name
+        assert rows(location, states[name].version) == before[name], name  # time travel
+        assert after[name].files <= max(states[name].files, 1), name
+        assert after[name].checkpoint_version == after[name].version, name
+    assert after[T.TOPICS].files < states[T.TOPICS].files  # three nights -> one file per night
+    assert after[T.SNAPSHOTS].files == 1 < states[T.SNAPSHOTS].files
+    assert staged.exists()  # VACUUM removes only files the log removed, past the retention
+    by_table = {r["table_name"]: r for r in recorded}
+    assert by_table[T.SNAPSHOTS]["scope"] == BROKER
+    assert by_table[T.SNAPSHOTS]["files_before"] == states[T.SNAPSHOTS].files
+    assert by_table[T.SNAPSHOTS]["files_after"] == 1
+    assert by_table[T.SNAPSHOTS]["files_vacuumed"] == 0  # replaced tonight: kept 2 days
+    stored = DeltaTable(str(table_location(warehouse, T.MAINTENANCE_RUNS))).to_pyarrow_table()
+    assert stored.num_rows == len(recorded)
+    # Spark reads the compacted, checkpointed tables as before
+    assert spark.read.format("delta").load(str(table_location(warehouse, T.MESSAGES))).count() \
+        == len(before[T.MESSAGES])
+
+
+def test_a_table_held_by_another_maintenance_is_skipped(spark, broker_stores,  # type: ignore[no-untyped-def]
+                                                        tmp_path: Path):
+    warehouse = tmp_path / "wh"
+    load(spark, warehouse, NAME, "m1", broker_stores["v5-clean"] / "store")
+    with try_lock(warehouse, f"maintain-{T.MESSAGES}") as held, \
+            try_lock(warehouse, f"vacuum-{T.MESSAGES}") as held_too:
+        assert held is not None and held_too is not None
+        recorded = {r["table_name"]: r for r in maintain_tables(warehouse, NAME)}
+    assert recorded[T.MESSAGES]["outcome"] == SKIPPED
+    assert recorded[T.TOPICS]["outcome"] == "done"
