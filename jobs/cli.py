@@ -126,13 +126,10 @@ def _summary(args: argparse.Namespace) -> int:
 
 
 def _maintain(args: argparse.Namespace) -> int:
-    import os
-
-    from jobs.lakehouse.jars import REPO_ROOT
+    from jobs.lakehouse.tables import default_warehouse
     from jobs.maintain.maintenance import MaintenanceError, maintain_tables
 
-    warehouse = Path(args.warehouse or os.environ.get("RMQ_WAREHOUSE")
-                     or REPO_ROOT / ".cache" / "warehouse")
+    warehouse = Path(args.warehouse) if args.warehouse else default_warehouse()
     try:
         maintain_tables(warehouse.resolve(), args.broker, time_travel_days=args.time_travel_days,
                         progress=print)

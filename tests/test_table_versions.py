@@ -55,8 +55,7 @@ def downgrade(spark, registry: Registry, name: str) -> list[str]:  # type: ignor
     before = rows(table.location)
     data = spark.read.format("delta").load(table.location).localCheckpoint()
     old = previous_major(table.contract)
-    spark.sql(f"DROP TABLE IF EXISTS {table.qualified_name}")
-    spark.sql(f"CREATE TABLE {table.qualified_name} USING DELTA LOCATION '{table.location}'")
+    registry.register_name(table)
     spark.sql(old.create_table_sql(table.qualified_name, table.location, replace=True))
     conform(data, old).write.format("delta").mode("append").save(table.location)
     assert rows(table.location) == before
@@ -106,8 +105,7 @@ def test_a_migration_killed_half_way_is_finished_by_running_it_again(spark, load
     before = rows(table.location)
     source = inspect_table(table.location).delta_version
     # what a migration leaves when it dies after replacing the table, before copying rows
-    spark.sql(f"DROP TABLE IF EXISTS {table.qualified_name}")
-    spark.sql(f"CREATE TABLE {table.qualified_name} USING DELTA LOCATION '{table.location}'")
+    registry.register_name(table)
     spark.sql(table.contract.create_table_sql(
         table.qualified_name, table.location, replace=True,
         extra_properties={MIGRATION_SOURCE: str(source)}))

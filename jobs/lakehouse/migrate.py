@@ -81,7 +81,7 @@ def migrate_table(spark: SparkSession, registry: Registry, table: Table) -> Migr
         spark.sql(f"ALTER TABLE {path} SET TBLPROPERTIES "
                   f"('{CONTRACT_VERSION}' = '{table.contract.version}')")
         return Migrated(table.name, "recorded", f"{reason}; the layout already conforms")
-    rows = _rewrite(spark, table, found)
+    rows = _rewrite(spark, registry, table, found)
     return Migrated(table.name, "rewritten", reason, rows)
 
 
@@ -92,7 +92,8 @@ def _already_conforms(spark: SparkSession, table: Table, found: TableInspection)
     return not schema_drift(table.contract, schema)
 
 
-def _rewrite(spark: SparkSession, table: Table, found: TableInspection) -> int:
+def _rewrite(spark: SparkSession, registry: Registry, table: Table,
+             found: TableInspection) -> int:
     """Replace the table by its contract's definition and copy the old rows in."""
     source = found.migration_source if found.migration_source is not None \
         else found.delta_version
@@ -105,8 +106,7 @@ def _rewrite(spark: SparkSession, table: Table, found: TableInspection) -> int:
             f"{table.contract.version}; dropping data needs a migration step of its own")
     expected = old.count()
     name = table.qualified_name
-    spark.sql(f"DROP TABLE IF EXISTS {name}")  # external: metadata only
-    spark.sql(f"CREATE TABLE {name} USING DELTA LOCATION '{table.location}'")
+    registry.register_name(table)  # REPLACE needs the name to describe the table as it is
     spark.sql(table.contract.create_table_sql(
         name, table.location, replace=True, extra_properties={MIGRATION_SOURCE: str(source)}))
     conform(old, table.contract).write.format("delta").mode("append").save(table.location)

@@ -17,9 +17,9 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from jobs.lakehouse.jars import REPO_ROOT, check_python_agrees, ensure_delta_jars, pom_versions
+from jobs.lakehouse.tables import default_warehouse
 
 DEFAULT_MASTER = "local[2]"
-DEFAULT_WAREHOUSE = REPO_ROOT / ".cache" / "warehouse"
 DEFAULT_LOG_FILE = REPO_ROOT / ".cache" / "logs" / "spark.log"
 LOG4J_CONFIG = REPO_ROOT / "jvm" / "log4j2.properties"
 
@@ -60,7 +60,7 @@ def build_spark_session(
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # Keep the driver on loopback instead of the host's first interface address.
     os.environ.setdefault("SPARK_LOCAL_IP", os.environ.get("RMQ_SPARK_DRIVER_BIND", "127.0.0.1"))
-    warehouse = warehouse or Path(os.environ.get("RMQ_WAREHOUSE", DEFAULT_WAREHOUSE))
+    warehouse = warehouse or default_warehouse()
     log_file = Path(os.environ.get("RMQ_SPARK_LOG_FILE", DEFAULT_LOG_FILE))
     log_file.parent.mkdir(parents=True, exist_ok=True)
     java_options = (f"-Dderby.system.home={warehouse} -Drmq.log.file={log_file} "

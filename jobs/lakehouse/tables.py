@@ -9,6 +9,7 @@ SQL (``rmq.messages``), which costs one ``CREATE TABLE IF NOT EXISTS`` per table
 from __future__ import annotations
 
 import logging
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jobs.lakehouse.contracts import CONTRACT_VERSION, Contract, load_contracts, schema_drift
+from jobs.lakehouse.jars import REPO_ROOT
 from jobs.lakehouse.table_versions import (
     MIGRATE_COMMAND,
     Action,
@@ -29,6 +31,7 @@ if TYPE_CHECKING:  # the DAG imports the table names while parsing: no pyspark f
     from pyspark.sql import DataFrame, SparkSession
 
 DATABASE = "rmq"
+DEFAULT_WAREHOUSE = REPO_ROOT / ".cache" / "warehouse"
 
 # Facts: rows appended once per record/unit/entry, keyed by their position in the store.
 MESSAGES = "messages"
@@ -66,6 +69,11 @@ RACE_WAIT_S = 60.0
 
 # {id(SparkContext): {qualified name: location}} of the names this process registered.
 _REGISTERED: dict[int, dict[str, str]] = {}
+
+
+def default_warehouse() -> Path:
+    """The warehouse when none is given: ``$RMQ_WAREHOUSE``, else ``.cache/warehouse``."""
+    return Path(os.environ.get("RMQ_WAREHOUSE") or DEFAULT_WAREHOUSE)
 
 
 def table_location(warehouse: str | Path, name: str) -> Path:
@@ -164,8 +172,7 @@ class Registry:
                 return
             if not names or registered.get(name) == table.location:
                 return
-            self.spark.sql(f"DROP TABLE IF EXISTS {name}")  # external: metadata only
-            self.spark.sql(f"CREATE TABLE {name} USING DELTA LOCATION '{table.location}'")
+            self.register_name(table)
             registered[name] = table.location
 
         # Each CREATE is a Delta commit of its own, mostly waiting: a few at once.
@@ -176,20 +183,28 @@ class Registry:
         self._named = self._named or names
         return self
 
+    def register_name(self, table: Table) -> None:
+        """Point ``rmq.<table>`` at the table as it is on disk now (the session catalog
+        keeps its own copy of an external table's schema and layout, so a table whose
+        layout changed must be registered again)."""
+        self.spark.sql(f"DROP TABLE IF EXISTS {table.qualified_name}")  # metadata only
+        self.spark.sql(f"CREATE TABLE {table.qualified_name} USING DELTA "
+                       f"LOCATION '{table.location}'")
+
     def bring_to_contract(self, table: Table) -> bool:
         """Create or evolve ``table`` as its contract says; True when this call created it.
 
         Raises :class:`ContractVersionError` when only a migration (or newer code) can
         make the table writable.
         """
-        action, reason = decide(table.contract, inspect_table(table.location))
+        found = inspect_table(table.location)
+        action, reason = decide(table.contract, found)
         if action is Action.CREATE:
             sql = table.contract.create_table_sql(table.qualified_name, table.location)
             if self._race_safely(table, f"create {table.qualified_name}",
                                  f"DROP TABLE IF EXISTS {table.qualified_name}", sql):
                 return True
         elif action is Action.EVOLVE:
-            found = inspect_table(table.location)
             path = f"delta.`{table.location}`"
             added = columns_to_add(table.contract, found)
             statements = [f"ALTER TABLE {path} ADD COLUMNS ({', '.join(added)})"] if added \
