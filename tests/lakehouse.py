@@ -51,3 +51,15 @@ def all_content(registry: Registry, broker: str | None = None,
     """Content of every table except the audit log (which grows with every attempt)."""
     return {name: table_content(registry, name, broker) for name in tables
             if name != LOAD_RUNS}
+
+
+def delta_rows(location: str | Path, version: int | None = None,
+               leave_out: frozenset[str] = frozenset()) -> list[str]:
+    """Every row of a Delta table (at ``version``) as sorted canonical JSON, read with
+    delta-rs, a reader independent of Spark; ``leave_out`` names columns to ignore."""
+    from deltalake import DeltaTable
+
+    table = DeltaTable(str(location), version=version)
+    return sorted(json.dumps({k: canonical(v) for k, v in row.items() if k not in leave_out},
+                             sort_keys=True, default=str)
+                  for row in table.to_pyarrow_table().to_pylist())

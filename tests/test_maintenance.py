@@ -3,14 +3,13 @@ and a VACUUM that never removes what a running load wrote or still reads."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
-from lakehouse import canonical, load
+from lakehouse import delta_rows, load
 
 from jobs.lakehouse import tables as T
 from jobs.lakehouse.contracts import load_contracts
@@ -24,12 +23,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.broker]
 NAME = "broker-m"
 
 
-def rows(location: Path, version: int | None = None) -> list[str]:
-    table = DeltaTable(str(location), version=version)
-    return sorted(json.dumps({k: canonical(v) for k, v in row.items()}, sort_keys=True,
-                             default=str) for row in table.to_pyarrow_table().to_pylist())
-
-
 def test_every_table_has_a_policy_whose_scope_follows_its_partitioning() -> None:
     for name, contract in load_contracts().items():
         assert (POLICIES[name].scope == BROKER) == ("broker" in contract.partition_columns), name
@@ -41,7 +34,7 @@ def test_maintenance_keeps_rows_drops_files_and_keeps_time_travel(  # type: igno
     for night in ("m1", "m2", "m3"):
         load(spark, warehouse, NAME, night, broker_stores["v5-clean"] / "store")
     tables = [n for n in T.TABLES if n != T.MAINTENANCE_RUNS]
-    before = {n: rows(table_location(warehouse, n)) for n in tables}
+    before = {n: delta_rows(table_location(warehouse, n)) for n in tables}
     states = {n: table_state(table_location(warehouse, n)) for n in tables}
     # a load running meanwhile has written a data file it has not committed yet
     staged = table_location(warehouse, T.TOPICS) / "part-00000-inflight.snappy.parquet"
@@ -52,8 +45,8 @@ def test_maintenance_keeps_rows_drops_files_and_keeps_time_travel(  # type: igno
     after = {n: table_state(table_location(warehouse, n)) for n in tables}
     for name in tables:
         location = table_location(warehouse, name)
-        assert rows(location) == before[name], name
-        assert rows(location, states[name].version) == before[name], name  # time travel
+        assert delta_rows(location) == before[name], name
+        assert delta_rows(location, states[name].version) == before[name], name  # time travel
         assert after[name].files <= max(states[name].files, 1), name
         assert after[name].checkpoint_version == after[name].version, name
     assert after[T.TOPICS].files < states[T.TOPICS].files  # three nights -> one file per night

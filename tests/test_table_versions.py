@@ -10,8 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from deltalake import DeltaTable
-from lakehouse import canonical, load
+from lakehouse import delta_rows, load
 
 from jobs.lakehouse import tables as T
 from jobs.lakehouse.contracts import Column, Contract, ContractError
@@ -32,13 +31,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.broker]
 BROKER = "broker-v"
 
 
-def rows(location: str | Path, version: int | None = None) -> list[str]:
-    """Every row of a Delta table (at a version) as sorted canonical JSON, read by delta-rs."""
-    table = DeltaTable(str(location), version=version)
-    return sorted(json.dumps({k: canonical(v) for k, v in row.items()}, sort_keys=True,
-                             default=str) for row in table.to_pyarrow_table().to_pylist())
-
-
 def previous_major(contract: Contract) -> Contract:
     """The contract as the previous major version had it: the tables now partitioned by
     broker were unpartitioned (snapshots, load_state) or partitioned by snapshot_id."""
@@ -52,13 +44,13 @@ def previous_major(contract: Contract) -> Contract:
 def downgrade(spark, registry: Registry, name: str) -> list[str]:  # type: ignore[no-untyped-def]
     """Rewrite a table as the previous major contract made it, with its rows; returns them."""
     table = registry[name]
-    before = rows(table.location)
+    before = delta_rows(table.location)
     data = spark.read.format("delta").load(table.location).localCheckpoint()
     old = previous_major(table.contract)
     registry.register_name(table)
     spark.sql(old.create_table_sql(table.qualified_name, table.location, replace=True))
     conform(data, old).write.format("delta").mode("append").save(table.location)
-    assert rows(table.location) == before
+    assert delta_rows(table.location) == before
     return before
 
 
@@ -87,8 +79,8 @@ def test_a_previous_major_is_refused_then_migrated_with_every_row(spark, loaded,
         assert found.partition_columns == ("broker",)
         assert found.recorded_version == registry[name].contract.version
         assert found.migration_source is None
-        assert rows(location) == before
-        assert rows(location, old_versions[name]) == before  # time travel to the old layout
+        assert delta_rows(location) == before
+        assert delta_rows(location, old_versions[name]) == before  # time travel to the old layout
         assert registry.drift(name) == []
     assert {m.action for m in done.values()} <= {"rewritten", "unchanged"}
     # migrated: loads go on, and migrating again changes nothing
@@ -102,26 +94,26 @@ def test_a_previous_major_is_refused_then_migrated_with_every_row(spark, loaded,
 def test_a_migration_killed_half_way_is_finished_by_running_it_again(spark, loaded):  # type: ignore[no-untyped-def]
     registry: Registry = loaded
     table = registry[T.LOAD_STATE]
-    before = rows(table.location)
+    before = delta_rows(table.location)
     source = inspect_table(table.location).delta_version
     # what a migration leaves when it dies after replacing the table, before copying rows
     registry.register_name(table)
     spark.sql(table.contract.create_table_sql(
         table.qualified_name, table.location, replace=True,
         extra_properties={MIGRATION_SOURCE: str(source)}))
-    assert rows(table.location) == []
+    assert delta_rows(table.location) == []
     with pytest.raises(ContractVersionError, match="did not finish"):
         Registry(spark, registry.warehouse).ensure(names=False)
     done = {m.table: m for m in migrate_warehouse(spark, registry.warehouse)}
     assert done[T.LOAD_STATE].action == "rewritten"
-    assert rows(table.location) == before
+    assert delta_rows(table.location) == before
     assert inspect_table(table.location).migration_source is None
 
 
 def test_a_minor_bump_adds_nullable_columns_in_place(spark, loaded):  # type: ignore[no-untyped-def]
     registry = Registry(spark, loaded.warehouse)
     table = registry[T.TOPICS]
-    before = rows(table.location)
+    before = delta_rows(table.location)
     major, minor, _ = table.contract.version.split(".")
     extra = Column(name="owner_team", spark_type="STRING", required=False,
                    description="Team owning the topic (added in a minor version).",
@@ -134,7 +126,7 @@ def test_a_minor_bump_adds_nullable_columns_in_place(spark, loaded):  # type: ig
     assert found.recorded_version == newer.version
     assert found.columns[-1] == "owner_team"
     assert registry.drift(T.TOPICS) == []
-    after = [json.loads(r) for r in rows(table.location)]
+    after = [json.loads(r) for r in delta_rows(table.location)]
     assert all(r.pop("owner_team") is None for r in after)
     assert sorted(json.dumps(r, sort_keys=True) for r in after) == before
     # the table is now newer than the code's own contract: still written (same major)

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
-from jobs.lakehouse.locks import try_lock
+from jobs.lakehouse.locks import lock_file, try_lock
 
 
 class BrokerBusyError(RuntimeError):
@@ -45,8 +45,6 @@ def broker_load_lock(warehouse: str | Path, broker: str, snapshot_id: str) -> It
 
 
 def _holder(warehouse: str | Path, broker: str) -> str:
-    from jobs.lakehouse.locks import lock_file
-
     try:
         return lock_file(warehouse, f"load-{broker}").read_text().strip() or "holder unknown"
     except OSError:

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from jobs.lakehouse import tables as T
 from jobs.lakehouse.contracts import load_contracts
@@ -55,10 +56,11 @@ class TableState:
     log_bytes: int
 
 
-def table_state(location: str | Path) -> TableState:
+def table_state(location: str | Path, table: Any = None) -> TableState:
+    """The table's files and log now; ``table``: an open delta-rs handle to reuse."""
     from deltalake import DeltaTable as RustDeltaTable
 
-    table = RustDeltaTable(str(location))
+    table = table if table is not None else RustDeltaTable(str(location))
     adds = table.get_add_actions(flatten=True)
     sizes = adds.column("size_bytes").to_pylist() if adds.num_rows else []
     log_dir = Path(location) / "_delta_log"
@@ -109,7 +111,8 @@ def _maintain_table(warehouse: str, location: str, name: str, policy: TablePolic
     from deltalake import DeltaTable as RustDeltaTable
 
     started, clock = datetime.now(UTC), time.monotonic()
-    before = table_state(location)
+    table = RustDeltaTable(location)  # one handle: each step below reads only new commits
+    before = table_state(location, table)
     row: dict = {"broker": broker, "table_name": name, "scope": policy.scope,
                  "started_at": started, "outcome": DONE, "detail": None,
                  "files_before": before.files, "bytes_before": before.bytes,
@@ -119,7 +122,7 @@ def _maintain_table(warehouse: str, location: str, name: str, policy: TablePolic
     with try_lock(warehouse, scope_lock) as held:
         if held is not None:
             filters = [("broker", "=", broker)] if policy.scope == BROKER else None
-            metrics = RustDeltaTable(location).optimize.compact(
+            metrics = table.optimize.compact(
                 partition_filters=filters, target_size=policy.target_file_bytes)
             row["files_compacted"] = int(metrics.get("numFilesRemoved", 0))
             row["files_written"] = int(metrics.get("numFilesAdded", 0))
@@ -127,7 +130,7 @@ def _maintain_table(warehouse: str, location: str, name: str, policy: TablePolic
             notes.append("compaction: another maintenance holds it")
     with try_lock(warehouse, f"vacuum-{name}") as held:
         if held is not None:
-            table = RustDeltaTable(location)
+            table.update_incremental()
             row["files_vacuumed"] = len(table.vacuum(
                 retention_hours=round(time_travel_days * 24), dry_run=False,
                 enforce_retention_duration=False))
@@ -135,7 +138,8 @@ def _maintain_table(warehouse: str, location: str, name: str, policy: TablePolic
             table.cleanup_metadata()
         else:
             notes.append("VACUUM and checkpoint: another maintenance holds them")
-    after = table_state(location)
+    table.update_incremental()
+    after = table_state(location, table)
     row.update({"files_after": after.files, "bytes_after": after.bytes,
                 "delta_version": after.version, "checkpoint_version": after.checkpoint_version,
                 "log_files": after.log_files, "log_bytes": after.log_bytes,
