@@ -213,10 +213,11 @@ class Registry:
                               f"('{CONTRACT_VERSION}' = '{table.contract.version}')")
             log.info("%s; evolving the table in place", reason)
             self._race_safely(table, f"evolve {table.qualified_name}", *statements)
-        elif action is not Action.READY:
-            raise ContractVersionError(
-                f"{reason}. Run `{MIGRATE_COMMAND} --warehouse {self.warehouse}` once, with no "
-                "load or check running" if action is Action.MIGRATE else reason)
+        elif action is Action.MIGRATE:
+            raise ContractVersionError(f"{reason}. Run `{MIGRATE_COMMAND} --warehouse "
+                                       f"{self.warehouse}` once, with no load or check running")
+        elif action is Action.TOO_NEW:
+            raise ContractVersionError(reason)
         return False
 
     def _race_safely(self, table: Table, what: str, *statements: str) -> bool:

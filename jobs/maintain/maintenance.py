@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs.lakehouse import tables as T
-from jobs.lakehouse.contracts import load_contracts
+from jobs.lakehouse.contracts import load_contract
 from jobs.lakehouse.locks import try_lock
 from jobs.lakehouse.tables import append_delta_rows, table_location
 from jobs.maintain.policy import BROKER, POLICIES, TablePolicy
@@ -79,7 +79,6 @@ def maintain_tables(warehouse: str | Path, broker: str, *,
     if time_travel_days < 1:
         raise ValueError("time_travel_days must be at least 1: a VACUUM must never remove "
                          "files that a load or query still running may read")
-    contracts = load_contracts()
     runs = table_location(warehouse, T.MAINTENANCE_RUNS)
     if not (runs / "_delta_log").is_dir():
         raise MaintenanceError(f"no table {runs}: maintenance runs after a load, which "
@@ -96,7 +95,7 @@ def maintain_tables(warehouse: str | Path, broker: str, *,
                  f"{row['files_after']} in {row['seconds']:.1f} s"
                  + (f" ({row['detail']})" if row["detail"] else ""))
         rows.append({"run_id": run_id, **row})
-    contract = contracts[T.MAINTENANCE_RUNS]
+    contract = load_contract(T.MAINTENANCE_RUNS)
     append_delta_rows(runs, contract, [tuple(row[c.name] for c in contract.columns)
                                        for row in rows])
     return rows
