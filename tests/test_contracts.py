@@ -38,9 +38,9 @@ from jobs.lakehouse.contracts import (
 
 TABLES = ("messages", "queue_entries", "index_entries", "topics", "subscription_groups",
           "consumer_offsets", "delay_offsets", "pending_timers", "snapshots", "quarantine",
-          "retention_gaps", "load_state", "load_runs", "check_results", "consumer_lag",
-          "consumer_status", "alerts")
-APPEND_ONLY = {"messages", "queue_entries", "index_entries", "load_runs"}
+          "retention_gaps", "load_state", "load_runs", "maintenance_runs", "check_results",
+          "consumer_lag", "consumer_status", "alerts")
+APPEND_ONLY = {"messages", "queue_entries", "index_entries", "load_runs", "maintenance_runs"}
 CONTRACT_FILES = sorted(CONTRACTS_DIR.glob("*.yaml"))
 
 
