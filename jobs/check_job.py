@@ -63,7 +63,7 @@ def check_snapshot(spark: SparkSession, registry: Registry, broker: str, snapsho
     rules = AlertRules.load(rules_path)  # a bad config fails before any Spark job
     output = output or Path(registry.warehouse) / "_checks"
     reconciled = reconcile_snapshot(spark, registry, broker, snapshot_id)
-    statuses = judge_snapshot(spark, registry, broker, snapshot_id, rules.status.settings)
+    statuses = judge_snapshot(registry, broker, snapshot_id, rules.status.settings)
     # One GX project per broker: checks of different brokers run at once, and GX's
     # file-backed project (config, suites, Data Docs index) is not safe to share then.
     expectations = run_expectations(spark, registry, broker, snapshot_id,
@@ -78,7 +78,7 @@ def check_snapshot(spark: SparkSession, registry: Registry, broker: str, snapsho
                      history=condition_history(registry, rules, broker, snapshot_id))
     if alert is not None:
         alert, delivery = _unchanged(registry, rules, alert)
-        record_alert(spark, registry, alert, delivery)
+        record_alert(registry, alert, delivery)
     return CheckOutcome(reconciled, {r["group_name"]: r["status"] for r in statuses
                                      if r["level"] == "group"}, expectations, report, alert)
 

@@ -130,7 +130,8 @@ def load_broker(spark: SparkSession, config: PipelineConfig,
             "seconds": round(summary.seconds, 1)}
 
 
-def registry_for(spark: SparkSession, config: PipelineConfig) -> Registry:
+def registry_for(spark: SparkSession | None, config: PipelineConfig) -> Registry:
+    """The warehouse's tables; without ``spark`` for driver-side reads and writes only."""
     return Registry(spark, config.warehouse)
 
 

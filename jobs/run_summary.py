@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from jobs.lakehouse import tables as T
-from jobs.lakehouse.tables import read_delta_rows, table_location
+from jobs.lakehouse.driver_rows import read_rows
+from jobs.lakehouse.tables import table_location
 from jobs.pipeline_config import PipelineConfig
 from jobs.snapshot.manifest import MANIFEST, Manifest, snapshot_dir
 
@@ -21,7 +22,7 @@ LAG_ROWS = 12
 
 
 def _rows(warehouse: Path, table: str, **equal: object) -> list[dict[str, Any]]:
-    return read_delta_rows(table_location(warehouse, table), **equal)
+    return read_rows(table_location(warehouse, table), **equal)
 
 
 def _count(warehouse: Path, table: str) -> int | None:

@@ -6,7 +6,7 @@ import json
 from datetime import date, datetime
 from pathlib import Path
 
-from jobs.lakehouse.tables import LOAD_RUNS, TABLES, Registry
+from jobs.lakehouse.tables import AUDIT_LOGS, TABLES, Registry
 from jobs.load.job import LoadOptions, LoadSummary, load_snapshot
 
 # Small splits so that the 1 MiB segments of the harness stores become several tasks.
@@ -48,9 +48,9 @@ def table_content(registry: Registry, name: str, broker: str | None = None) -> l
 
 def all_content(registry: Registry, broker: str | None = None,
                 tables: tuple[str, ...] = TABLES) -> dict[str, list[str]]:
-    """Content of every table except the audit log (which grows with every attempt)."""
+    """Content of every table except the audit logs (which grow with every attempt)."""
     return {name: table_content(registry, name, broker) for name in tables
-            if name != LOAD_RUNS}
+            if name not in AUDIT_LOGS}
 
 
 def delta_rows(location: str | Path, version: int | None = None,

@@ -451,13 +451,13 @@ def test_record_alert_twice_leaves_one_row(spark, tmp_path: Path,  # type: ignor
     assert alert is not None
     assert not already_delivered(registry, BROKER, SNAPSHOT)
 
-    record_alert(spark, registry, alert, {"email": "ConnectionRefusedError: refused",
+    record_alert(registry, alert, {"email": "ConnectionRefusedError: refused",
                                           "webhook": "sent"})
     assert previous_delivery(registry, BROKER, SNAPSHOT) == {
         "email": "ConnectionRefusedError: refused", "webhook": "sent"}
     assert not already_delivered(registry, BROKER, SNAPSHOT)   # email failed: retry
 
-    record_alert(spark, registry, alert, {"email": "sent", "webhook": "sent"})
+    record_alert(registry, alert, {"email": "sent", "webhook": "sent"})
     rows = registry.read_rows(T.ALERTS)
     assert len(rows) == 1
     row = rows[0]

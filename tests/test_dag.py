@@ -49,7 +49,7 @@ S1, S2 = "2026-11-20T0200Z", "2026-11-21T0200Z"
 BROKER = "broker-a"
 D3, S3 = datetime(2026, 11, 22, 2, tzinfo=UTC), "2026-11-22T0200Z"
 TASKS = {"list_brokers", "broker.snapshot", "broker.load", "broker.check", "broker.alert",
-         "broker.clean_up", "run_outcome"}
+         "broker.maintain", "broker.clean_up", "run_outcome"}
 #: The test's alert rules: consumer status over 2 snapshots, a queue lagging by <= 20 is OK,
 #: reminders after 0.0001 days (8.6 s: the next DAG run's snapshot is later than that); no
 #: lag-age threshold (the harness stores are hours older than the test's snapshots).
@@ -113,7 +113,7 @@ def test_the_dag_imports_with_its_tasks_retries_and_assets(airflow):  # type: ig
     dag = airflow.dag
     assert set(dag.task_ids) == TASKS
     chain = ["broker.snapshot", "broker.load", "broker.check", "broker.alert",
-             "broker.clean_up"]
+             "broker.maintain", "broker.clean_up"]
     for upstream, downstream in itertools.pairwise(chain):
         assert downstream in dag.get_task(upstream).downstream_task_ids
     assert dag.get_task("list_brokers").downstream_task_ids == {"broker.snapshot"}
@@ -653,12 +653,13 @@ def killed(airflow, growing_store, tmp_path_factory):  # type: ignore[no-untyped
 def test_a_killed_task_is_still_reported_with_its_broker_and_task(killed):  # type: ignore[no-untyped-def]
     assert killed.states["broker.snapshot"] == "success"
     assert killed.states["broker.load"] == "failed"          # SIGKILLed: no callback ran
-    assert {killed.states[t] for t in ("broker.check", "broker.alert", "broker.clean_up")} \
-        == {"upstream_failed"}
+    not_run = ("broker.check", "broker.alert", "broker.maintain", "broker.clean_up")
+    assert {killed.states[t] for t in not_run} == {"upstream_failed"}
     assert killed.states["run_outcome"] == "failed"          # told, then kept the run failed
     assert len(killed.mails) == 1 and len(killed.posts) == 1, killed.log[-3000:]
     mail, post = killed.mails[0], json.dumps(killed.posts[0])
     for text in (mail, post):
         assert f"task broker.load of broker {KILLED_BROKER} failed" in text
-        assert "SIGKILL" in text and "broker.alert, broker.check, broker.clean_up" in text
+        assert "SIGKILL" in text
+        assert "broker.alert, broker.check, broker.clean_up, broker.maintain" in text
     assert f"rmq_nightly 2026-11-25T0200Z: 1 task failed: {KILLED_BROKER} broker.load" in mail

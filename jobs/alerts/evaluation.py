@@ -37,8 +37,6 @@ import yaml
 from jobs.check.consumer_status import RANK, STATUSES, StatusSettings
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
     from jobs.lakehouse.tables import Registry
 
 log = logging.getLogger(__name__)
@@ -779,23 +777,19 @@ MAX_HISTORY = 60
 # --------------------------------------------------------------------------- the table
 
 
-def record_alert(spark: SparkSession, registry: Registry, alert: Alert,
-                 delivery: Mapping[str, str]) -> None:
+def record_alert(registry: Registry, alert: Alert, delivery: Mapping[str, str]) -> None:
     """Write the alert's row, replacing any earlier row of its (broker, snapshot)."""
     from jobs.lakehouse import tables as T
-    from jobs.lakehouse.delta_io import replace_where, sql_string
 
-    table = registry.ensure(names=False)[T.ALERTS]
-    schema = table.contract.spark_schema()
     row = {
         "broker": alert.broker, "snapshot_id": alert.snapshot_id,
         "raised_at": alert.raised_at, "severity": alert.severity, "title": alert.title,
         "findings": list(alert.findings), "report_url": alert.report_url,
         "channels": list(delivery), "delivery": dict(delivery),
     }
-    frame = spark.createDataFrame([tuple(row[f.name] for f in schema.fields)], schema=schema)
-    replace_where(frame, table.location, f"broker = {sql_string(alert.broker)} "
-                                         f"AND snapshot_id = {sql_string(alert.snapshot_id)}")
+    columns = registry[T.ALERTS].contract.arrow_schema().names
+    registry.replace_rows(T.ALERTS, [tuple(row[c] for c in columns)], broker=alert.broker,
+                          snapshot_id=alert.snapshot_id)
     _log_alert(alert, delivery)
 
 

@@ -41,8 +41,6 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
     from jobs.lakehouse.tables import Registry
 
 log = logging.getLogger(__name__)
@@ -326,7 +324,7 @@ def checked_snapshots(registry: Registry, broker: str, snapshot_id: str) -> list
     return [Snapshot(r["snapshot_id"], r["taken_at"]) for r in ordered]
 
 
-def judge_snapshot(spark: SparkSession, registry: Registry, broker: str, snapshot_id: str,
+def judge_snapshot(registry: Registry, broker: str, snapshot_id: str,
                    settings: StatusSettings) -> list[dict[str, Any]]:
     """Compute and write (replacing) ``snapshot_id``'s consumer_status rows; returns them.
 
@@ -349,7 +347,7 @@ def judge_snapshot(spark: SparkSession, registry: Registry, broker: str, snapsho
     prior = (registry.read_rows(T.CONSUMER_STATUS, broker=broker, snapshot_id=previous.snapshot_id)
              if previous else [])
     rows = status_rows(broker, window, lag_by_snapshot, prior, settings)
-    write_status(spark, registry, broker, snapshot_id, rows)
+    write_status(registry, broker, snapshot_id, rows)
     counts: dict[str, int] = {}
     for row in rows:
         if row["level"] == GROUP:
@@ -359,15 +357,11 @@ def judge_snapshot(spark: SparkSession, registry: Registry, broker: str, snapsho
     return [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]
 
 
-def write_status(spark: SparkSession, registry: Registry, broker: str, snapshot_id: str,
+def write_status(registry: Registry, broker: str, snapshot_id: str,
                  rows: Sequence[Mapping[str, Any]]) -> None:
-    """Replace the snapshot's rows (``replaceWhere``): judging it twice leaves one copy."""
+    """Replace the snapshot's rows: judging it twice leaves one copy."""
     from jobs.lakehouse import tables as T
-    from jobs.lakehouse.delta_io import replace_where, sql_string
 
-    table = registry.ensure(names=False)[T.CONSUMER_STATUS]
-    schema = table.contract.spark_schema()
-    frame = spark.createDataFrame([tuple(r.get(f.name) for f in schema.fields) for r in rows],
-                                  schema=schema)
-    replace_where(frame, table.location, f"broker = {sql_string(broker)} "
-                                         f"AND snapshot_id = {sql_string(snapshot_id)}")
+    columns = registry[T.CONSUMER_STATUS].contract.arrow_schema().names
+    registry.replace_rows(T.CONSUMER_STATUS, [tuple(r.get(c) for c in columns) for r in rows],
+                          broker=broker, snapshot_id=snapshot_id)

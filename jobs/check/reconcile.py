@@ -3,7 +3,7 @@
 Reads only the Delta tables (never the store), runs every check of :mod:`jobs.check.checks` and
 the lag of :mod:`jobs.check.lag` as Spark SQL over the snapshot's views
 (:mod:`jobs.check.views`), and replaces that snapshot's rows of ``check_results`` and
-``consumer_lag`` (``replaceWhere`` on broker and snapshot: re-running gives the same
+``consumer_lag`` (replaced where broker and snapshot match: re-running gives the same
 tables). Only the findings' counts per severity come back to the driver.
 """
 
@@ -22,7 +22,7 @@ from jobs.check.checks import CHECKS, DERIVED_VIEWS, FINDING_COLUMNS
 from jobs.check.lag import consumer_lag
 from jobs.check.views import SnapshotScope, create_views, drop_views, snapshot_scope
 from jobs.lakehouse import tables as T
-from jobs.lakehouse.delta_io import conform, replace_where
+from jobs.lakehouse.delta_io import conform
 from jobs.lakehouse.tables import Registry
 
 log = logging.getLogger(__name__)
@@ -64,11 +64,11 @@ def reconcile_snapshot(spark: SparkSession, registry: Registry, broker: str,
         frame = spark.sql(query.format(cl_max=scope.commitlog_max_offset)).persist()
         frame.createOrReplaceTempView(name)
         derived.append(frame)
-    where = f"broker = {scope.broker_sql} AND snapshot_id = {scope.snapshot_sql}"
-    lag_table, results_table = registry[T.CONSUMER_LAG], registry[T.CHECK_RESULTS]
-    replace_where(conform(lag, lag_table.contract), lag_table.location, where)
-    replace_where(conform(findings(spark, scope), results_table.contract), results_table.location,
-                  where)
+    # A few rows per queue and per finding: written from the driver (delta-rs), not as
+    # two more Spark writes.
+    for table, frame in ((T.CONSUMER_LAG, lag), (T.CHECK_RESULTS, findings(spark, scope))):
+        registry.replace_rows(table, conform(frame, registry[table].contract).toArrow(),
+                              broker=broker, snapshot_id=snapshot_id)
     drop_views(spark)
     for frame in [lag, *derived]:
         frame.unpersist()

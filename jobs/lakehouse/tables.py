@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from jobs.lakehouse import driver_rows
 from jobs.lakehouse.contracts import CONTRACT_VERSION, Contract, load_contracts, schema_drift
 from jobs.lakehouse.jars import REPO_ROOT
 from jobs.lakehouse.table_versions import (
@@ -28,7 +29,9 @@ from jobs.lakehouse.table_versions import (
 )
 
 if TYPE_CHECKING:  # the DAG imports the table names while parsing: no pyspark for that
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 DATABASE = "rmq"
 DEFAULT_WAREHOUSE = REPO_ROOT / ".cache" / "warehouse"
@@ -60,6 +63,9 @@ TABLES = (MESSAGES, QUEUE_ENTRIES, INDEX_ENTRIES, TOPICS, SUBSCRIPTION_GROUPS,
           CONSUMER_OFFSETS, DELAY_OFFSETS, PENDING_TIMERS, SNAPSHOTS, QUARANTINE,
           RETENTION_GAPS, LOAD_STATE, LOAD_RUNS, MAINTENANCE_RUNS, CHECK_RESULTS, CONSUMER_LAG,
           CONSUMER_STATUS, ALERTS)
+# Audit logs: a row per attempt (load, maintenance), so they grow on every re-run; every
+# other table is unchanged by re-running a night.
+AUDIT_LOGS = frozenset({LOAD_RUNS, MAINTENANCE_RUNS})
 
 
 log = logging.getLogger(__name__)
@@ -81,32 +87,15 @@ def table_location(warehouse: str | Path, name: str) -> Path:
     return Path(warehouse) / f"{DATABASE}.db" / name
 
 
-def read_delta_rows(location: str | Path, **equal: object) -> list[dict[str, object]]:
-    """Rows of a Delta table matching ``column=value`` filters, read with delta-rs (no
-    Spark); [] when the table was never created."""
-    from deltalake import DeltaTable as RustDeltaTable
+def on_disk_schema(location: str) -> StructType:
+    """The table's schema as Spark sees it, read from the Delta log by delta-rs (a Delta
+    schema is Spark's StructType JSON): no Spark job and no log replay in the JVM."""
+    import json
 
-    if not (Path(location) / "_delta_log").is_dir():
-        return []  # not created yet: no JVM round trips just to learn that
-    filters = [(column, "=", value) for column, value in equal.items()] or None
-    return RustDeltaTable(str(location)).to_pyarrow_table(filters=filters).to_pylist()
+    from deltalake import DeltaTable
+    from pyspark.sql.types import StructType
 
-
-def append_delta_rows(location: str | Path, contract: Contract, rows: list[tuple]) -> None:
-    """Append a few bookkeeping rows with delta-rs (milliseconds, no Spark job).
-
-    Only for small append-only tables whose protocol delta-rs writes (the contracts'
-    tables use writer version 2); the schema is the contract's, so NOT NULL holds.
-    """
-    import pyarrow as pa
-    from deltalake import write_deltalake
-
-    schema = contract.arrow_schema()
-    columns = list(zip(*rows, strict=True)) if rows else [[] for _ in schema]
-    data = pa.Table.from_arrays(
-        [pa.array(list(values), field.type) for values, field in
-         zip(columns, schema, strict=True)], schema=schema)
-    write_deltalake(str(location), data, mode="append")
+    return StructType.fromJson(json.loads(DeltaTable(location).schema().to_json()))
 
 
 class TableDriftError(RuntimeError):
@@ -129,9 +118,14 @@ class Table:
 class Registry:
     """All tables of one warehouse, created on first use from their contracts."""
 
-    def __init__(self, spark: SparkSession, warehouse: str | Path | None = None) -> None:
+    def __init__(self, spark: SparkSession | None,
+                 warehouse: str | Path | None = None) -> None:
+        """``spark`` None: a registry for driver-side reads and writes only (delta-rs),
+        e.g. the DAG's alert task, which need not start a JVM; its tables must exist."""
         self.spark = spark
-        root = warehouse or spark.conf.get("spark.sql.warehouse.dir")
+        root = warehouse or (spark.conf.get("spark.sql.warehouse.dir") if spark else None)
+        if root is None:
+            raise ValueError("a registry without Spark needs its warehouse")
         self.warehouse = str(root).removeprefix("file:")
         contracts = load_contracts()
         missing = sorted(set(TABLES) - set(contracts))
@@ -162,6 +156,8 @@ class Registry:
         """
         if self._ready and (self._named or not names):
             return self
+        if self.spark is None:
+            return self._verify_ready()
         self.spark.sql(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
         registered = _REGISTERED.setdefault(id(self.spark.sparkContext), {})
 
@@ -181,6 +177,16 @@ class Registry:
                 future.result()
         self._ready = True
         self._named = self._named or names
+        return self
+
+    def _verify_ready(self) -> Registry:
+        """Without Spark nothing can be created or evolved: every table must be ready."""
+        for table in self.tables.values():
+            action, reason = decide(table.contract, inspect_table(table.location))
+            if action is not Action.READY:
+                raise TableDriftError(f"{table.qualified_name}: {reason} (a load creates or "
+                                      "evolves the tables; this step only reads and appends)")
+        self._ready = True
         return self
 
     def register_name(self, table: Table) -> None:
@@ -250,17 +256,29 @@ class Registry:
     def read_rows(self, name: str, **equal: object) -> list[dict[str, object]]:
         """Rows of a small bookkeeping table matching ``column=value`` filters, read on
         the driver with delta-rs: no Spark job, milliseconds instead of seconds."""
-        return read_delta_rows(self[name].location, **equal)
+        return driver_rows.read_rows(self[name].location, **equal)
 
-    def append_rows(self, name: str, rows: list[tuple]) -> None:
-        """Append a few bookkeeping rows with delta-rs (see :func:`append_delta_rows`)."""
+    def append_rows(self, name: str, rows: list[tuple] | pa.Table) -> None:
+        """Append rows to an audit log from the driver (:mod:`driver_rows`)."""
         table = self.ensure(names=False)[name]
-        append_delta_rows(table.location, table.contract, rows)
+        driver_rows.append_rows(table.location, table.contract, rows)
+
+    def append_rows_once(self, name: str, rows: list[tuple] | pa.Table, app_id: str,
+                         version: int) -> bool:
+        """Append rows once per ``(app_id, version)`` from the driver."""
+        table = self.ensure(names=False)[name]
+        return driver_rows.append_rows_once(table.location, table.contract, rows, app_id,
+                                            version)
+
+    def replace_rows(self, name: str, rows: list[tuple] | pa.Table, **equal: str) -> None:
+        """Replace the rows where every ``column = value`` holds, from the driver."""
+        table = self.ensure(names=False)[name]
+        driver_rows.replace_rows(table.location, table.contract, rows, **equal)
 
     def drift(self, name: str) -> list[str]:
         """Differences between the table on disk and its contract (empty when none)."""
         table = self.ensure(names=False)[name]
-        return schema_drift(table.contract, self.read(name).schema)
+        return schema_drift(table.contract, on_disk_schema(table.location))
 
     def check_drift(self) -> None:
         """Refuse to load into tables whose schema drifted from their contracts."""

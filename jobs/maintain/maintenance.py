@@ -34,8 +34,9 @@ from typing import Any
 
 from jobs.lakehouse import tables as T
 from jobs.lakehouse.contracts import load_contract
+from jobs.lakehouse.driver_rows import append_rows
 from jobs.lakehouse.locks import try_lock
-from jobs.lakehouse.tables import append_delta_rows, table_location
+from jobs.lakehouse.tables import table_location
 from jobs.maintain.policy import BROKER, POLICIES, TablePolicy
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,7 @@ def maintain_tables(warehouse: str | Path, broker: str, *,
                  + (f" ({row['detail']})" if row["detail"] else ""))
         rows.append({"run_id": run_id, **row})
     contract = load_contract(T.MAINTENANCE_RUNS)
-    append_delta_rows(runs, contract, [tuple(row[c.name] for c in contract.columns)
+    append_rows(runs, contract, [tuple(row[c.name] for c in contract.columns)
                                        for row in rows])
     return rows
 

@@ -1,0 +1,97 @@
+"""Small tables read and written on the driver with delta-rs: no Spark job, no JVM.
+
+State and bookkeeping tables (snapshots, topics, offsets, marks, lag, statuses, alerts,
+audit logs) hold a few to a few thousand rows per broker and snapshot. Written through
+Spark, each such write costs a job, a log replay and a commit, one to two seconds on two
+cores, and a night made about a dozen of them per broker. delta-rs commits the same rows
+in milliseconds, with the same idempotence as :mod:`jobs.lakehouse.delta_io`:
+
+* :func:`append_rows_once`: the commit records the transaction ``(app_id, version)``; a
+  write whose version the table has already seen is skipped (a re-run after a crash).
+* :func:`replace_rows`: the rows matching a predicate are replaced atomically (delta-rs's
+  predicate overwrite). delta-rs checks conflicts against the files the predicate read,
+  as Spark does, so writers in other broker partitions never conflict.
+
+Rows are tuples in the contract's column order, or Arrow tables with its columns; the
+Arrow schema is the contract's, so NOT NULL and the types hold on write.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from jobs.lakehouse.contracts import Contract
+
+
+def exists(location: str | Path) -> bool:
+    return (Path(location) / "_delta_log").is_dir()
+
+
+def read_rows(location: str | Path, **equal: object) -> list[dict[str, object]]:
+    """Rows of a Delta table matching ``column=value`` filters; [] when the table was
+    never created (no round trips just to learn that)."""
+    from deltalake import DeltaTable
+
+    if not exists(location):
+        return []
+    filters = [(column, "=", value) for column, value in equal.items()] or None
+    return DeltaTable(str(location)).to_pyarrow_table(filters=filters).to_pylist()
+
+
+def arrow_rows(contract: Contract, rows: list[tuple] | pa.Table) -> pa.Table:
+    """``rows`` as an Arrow table of exactly the contract's schema."""
+    import pyarrow as pa
+
+    schema = contract.arrow_schema()
+    if isinstance(rows, pa.Table):
+        return rows.select(schema.names).cast(schema)
+    columns = list(zip(*rows, strict=True)) if rows else [[] for _ in schema]
+    return pa.Table.from_arrays(
+        [pa.array(list(values), field.type) for values, field in
+         zip(columns, schema, strict=True)], schema=schema)
+
+
+def append_rows(location: str | Path, contract: Contract, rows: list[tuple] | pa.Table) -> None:
+    """Append rows (an audit log's: every attempt is a row of its own)."""
+    from deltalake import write_deltalake
+
+    write_deltalake(str(location), arrow_rows(contract, rows), mode="append")
+
+
+def append_rows_once(location: str | Path, contract: Contract, rows: list[tuple] | pa.Table,
+                     app_id: str, version: int) -> bool:
+    """Append rows unless the table already committed ``(app_id, version)``; True when
+    written. Only one writer uses an ``app_id`` at a time (one load per broker)."""
+    from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+
+    seen = DeltaTable(str(location)).transaction_version(app_id)
+    if seen is not None and seen >= version:
+        return False
+    write_deltalake(str(location), arrow_rows(contract, rows), mode="append",
+                    commit_properties=CommitProperties(
+                        app_transactions=[Transaction(app_id, version)]))
+    return True
+
+
+def replace_rows(location: str | Path, contract: Contract, rows: list[tuple] | pa.Table,
+                 **equal: str) -> None:
+    """Atomically replace the rows where every ``column = value`` holds with ``rows``
+    (which must all match it, or delta-rs refuses the write)."""
+    from deltalake import write_deltalake
+
+    write_deltalake(str(location), arrow_rows(contract, rows), mode="overwrite",
+                    predicate=predicate(**equal))
+
+
+def predicate(**equal: str) -> str:
+    """``column = 'value' AND ...`` in delta-rs's (DataFusion's) SQL."""
+    return " AND ".join(f'"{column}" = {sql_text(value)}' for column, value in equal.items())
+
+
+def sql_text(value: str) -> str:
+    """A DataFusion string literal (quotes doubled; backslashes are plain characters)."""
+    return "'" + value.replace("'", "''") + "'"
