@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs.lakehouse import tables as T
-from jobs.lakehouse.driver_rows import read_rows
+from jobs.lakehouse.driver_rows import exists, read_rows
 from jobs.lakehouse.tables import table_location
 from jobs.pipeline_config import PipelineConfig
 from jobs.snapshot.manifest import MANIFEST, Manifest, snapshot_dir
@@ -29,7 +29,7 @@ def _count(warehouse: Path, table: str) -> int | None:
     from deltalake import DeltaTable
 
     location = table_location(warehouse, table)
-    if not (location / "_delta_log").is_dir():
+    if not exists(location):
         return None
     return DeltaTable(str(location)).to_pyarrow_dataset().count_rows()
 

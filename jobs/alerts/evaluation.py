@@ -787,9 +787,7 @@ def record_alert(registry: Registry, alert: Alert, delivery: Mapping[str, str]) 
         "findings": list(alert.findings), "report_url": alert.report_url,
         "channels": list(delivery), "delivery": dict(delivery),
     }
-    columns = registry[T.ALERTS].contract.arrow_schema().names
-    registry.replace_rows(T.ALERTS, [tuple(row[c] for c in columns)], broker=alert.broker,
-                          snapshot_id=alert.snapshot_id)
+    registry.replace_rows(T.ALERTS, [row], broker=alert.broker, snapshot_id=alert.snapshot_id)
     _log_alert(alert, delivery)
 
 

@@ -362,6 +362,4 @@ def write_status(registry: Registry, broker: str, snapshot_id: str,
     """Replace the snapshot's rows: judging it twice leaves one copy."""
     from jobs.lakehouse import tables as T
 
-    columns = registry[T.CONSUMER_STATUS].contract.arrow_schema().names
-    registry.replace_rows(T.CONSUMER_STATUS, [tuple(r.get(c) for c in columns) for r in rows],
-                          broker=broker, snapshot_id=snapshot_id)
+    registry.replace_rows(T.CONSUMER_STATUS, rows, broker=broker, snapshot_id=snapshot_id)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import functools
 import re
 import time
 from collections.abc import Iterable, Mapping
@@ -285,15 +286,13 @@ class SnapshotCheckpoint(gx.Checkpoint):
         results = {}
         for definition in self.validation_definitions:
             frame = batch_parameters[definition.name].cache()
+            validate = functools.partial(
+                definition.run, checkpoint_id=self.id, batch_parameters={"dataframe": frame},
+                expectation_parameters=expectation_parameters, run_id=run_id)
             try:
-                result = None
-                for form in (PASS_FORMAT, result_format):  # the second only on a failure
-                    result = definition.run(
-                        checkpoint_id=self.id, batch_parameters={"dataframe": frame},
-                        expectation_parameters=expectation_parameters,
-                        result_format=form, run_id=run_id)
-                    if result.success:
-                        break
+                result = validate(result_format=PASS_FORMAT)
+                if not result.success:
+                    result = validate(result_format=result_format)
             finally:
                 frame.unpersist()
             key = self._build_result_key(validation_definition=definition, run_id=run_id,

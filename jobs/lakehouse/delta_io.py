@@ -1,13 +1,13 @@
-"""The three ways the jobs write Delta, each idempotent by Delta's own mechanisms.
+"""How Spark writes the decoded facts to Delta, idempotent by Delta's own mechanism.
 
-* :func:`append_once` — facts (messages, queue units, index entries, quarantine): an
-  append tagged with ``txnAppId``/``txnVersion``. Delta records the pair in the same
-  atomic commit and skips a later write with a version it has already seen, so a load
-  re-run after a crash cannot append the same snapshot's rows twice.
-* :func:`replace_where` — per-snapshot state (topics, offsets, ...): the rows matching a
-  predicate are replaced atomically by the new ones; running it twice gives one copy.
+:func:`append_once` — facts (messages, queue units, index entries): an append tagged with
+``txnAppId``/``txnVersion``. Delta records the pair in the same atomic commit and skips a
+later write with a version it has already seen, so a load re-run after a crash cannot
+append the same snapshot's rows twice. When the append is skipped, Delta does not even run
+the query: nothing is decoded.
 
-When an ``append_once`` is skipped, Delta does not even run the query: nothing is decoded.
+Small rows (state, bookkeeping, check results) are written from the driver instead:
+:mod:`jobs.lakehouse.driver_rows`.
 """
 
 from __future__ import annotations
@@ -25,13 +25,6 @@ def append_once(df: DataFrame, location: str, app_id: str, version: int) -> None
     """Append ``df`` unless Delta already committed (app_id, version) to this table."""
     (df.write.format("delta").mode("append")
      .option("txnAppId", app_id).option("txnVersion", version)
-     .save(location))
-
-
-def replace_where(df: DataFrame, location: str, predicate: str) -> None:
-    """Atomically replace the rows matching ``predicate`` with ``df``."""
-    (df.write.format("delta").mode("overwrite")
-     .option("replaceWhere", predicate)
      .save(location))
 
 

@@ -12,22 +12,27 @@ in milliseconds, with the same idempotence as :mod:`jobs.lakehouse.delta_io`:
   predicate overwrite). delta-rs checks conflicts against the files the predicate read,
   as Spark does, so writers in other broker partitions never conflict.
 
-Rows are tuples in the contract's column order, or Arrow tables with its columns; the
-Arrow schema is the contract's, so NOT NULL and the types hold on write.
+Rows are tuples in the contract's column order, mappings by column name (a missing column
+is null), or Arrow tables with its columns; the Arrow schema is the contract's, so NOT NULL
+and the types hold on write.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
     from jobs.lakehouse.contracts import Contract
 
+    Rows = Sequence[tuple] | Sequence[Mapping[str, Any]] | pa.Table
+
 
 def exists(location: str | Path) -> bool:
+    """Whether a Delta log is at ``location`` (a table never created has none)."""
     return (Path(location) / "_delta_log").is_dir()
 
 
@@ -42,27 +47,29 @@ def read_rows(location: str | Path, **equal: object) -> list[dict[str, object]]:
     return DeltaTable(str(location)).to_pyarrow_table(filters=filters).to_pylist()
 
 
-def arrow_rows(contract: Contract, rows: list[tuple] | pa.Table) -> pa.Table:
+def arrow_rows(contract: Contract, rows: Rows) -> pa.Table:
     """``rows`` as an Arrow table of exactly the contract's schema."""
     import pyarrow as pa
 
     schema = contract.arrow_schema()
     if isinstance(rows, pa.Table):
         return rows.select(schema.names).cast(schema)
+    if rows and isinstance(rows[0], Mapping):
+        return pa.Table.from_pylist(list(rows), schema=schema)
     columns = list(zip(*rows, strict=True)) if rows else [[] for _ in schema]
     return pa.Table.from_arrays(
         [pa.array(list(values), field.type) for values, field in
          zip(columns, schema, strict=True)], schema=schema)
 
 
-def append_rows(location: str | Path, contract: Contract, rows: list[tuple] | pa.Table) -> None:
+def append_rows(location: str | Path, contract: Contract, rows: Rows) -> None:
     """Append rows (an audit log's: every attempt is a row of its own)."""
     from deltalake import write_deltalake
 
     write_deltalake(str(location), arrow_rows(contract, rows), mode="append")
 
 
-def append_rows_once(location: str | Path, contract: Contract, rows: list[tuple] | pa.Table,
+def append_rows_once(location: str | Path, contract: Contract, rows: Rows,
                      app_id: str, version: int) -> bool:
     """Append rows unless the table already committed ``(app_id, version)``; True when
     written. Only one writer uses an ``app_id`` at a time (one load per broker)."""
@@ -77,7 +84,7 @@ def append_rows_once(location: str | Path, contract: Contract, rows: list[tuple]
     return True
 
 
-def replace_rows(location: str | Path, contract: Contract, rows: list[tuple] | pa.Table,
+def replace_rows(location: str | Path, contract: Contract, rows: Rows,
                  **equal: str) -> None:
     """Atomically replace the rows where every ``column = value`` holds with ``rows``
     (which must all match it, or delta-rs refuses the write)."""

@@ -3,7 +3,7 @@
 A lock is ``flock`` on a small file, so the kernel drops it when the holding process
 dies, however it dies: a killed job never leaves a lock behind for its re-run. ``flock``
 works across the processes of one host and on NFSv4; a warehouse on an object store has
-no such lock and relies on the DAG's own guarantees instead (see ``docs/concurrency.md``).
+no such lock and relies on the DAG's own guarantees instead (see ``docs/fleet.md``).
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from jobs.lakehouse.table_versions import (
     decide,
     inspect_table,
 )
-from jobs.lakehouse.tables import DATABASE, Registry, Table
+from jobs.lakehouse.tables import DATABASE, Registry, Table, on_disk_schema
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ def migrate_table(spark: SparkSession, registry: Registry, table: Table) -> Migr
         verb = {Action.CREATE: "created", Action.EVOLVE: "evolved"}.get(action, "unchanged")
         return Migrated(table.name, verb, reason)
     path = f"delta.`{table.location}`"
-    if found.migration_source is None and _already_conforms(spark, table, found):
+    if found.migration_source is None and _already_conforms(table, found):
         spark.sql(f"ALTER TABLE {path} SET TBLPROPERTIES "
                   f"('{CONTRACT_VERSION}' = '{table.contract.version}')")
         return Migrated(table.name, "recorded", f"{reason}; the layout already conforms")
@@ -85,11 +85,10 @@ def migrate_table(spark: SparkSession, registry: Registry, table: Table) -> Migr
     return Migrated(table.name, "rewritten", reason, rows)
 
 
-def _already_conforms(spark: SparkSession, table: Table, found: TableInspection) -> bool:
+def _already_conforms(table: Table, found: TableInspection) -> bool:
     if list(found.partition_columns) != table.contract.partition_columns:
         return False
-    schema = spark.read.format("delta").load(table.location).schema
-    return not schema_drift(table.contract, schema)
+    return not schema_drift(table.contract, on_disk_schema(table.location))
 
 
 def _rewrite(spark: SparkSession, registry: Registry, table: Table,

@@ -21,6 +21,7 @@ from enum import Enum
 from pathlib import Path
 
 from jobs.lakehouse.contracts import CONTRACT_VERSION, Contract
+from jobs.lakehouse.driver_rows import exists
 
 # Set while `jobs migrate` rewrites a table: the Delta version holding the rows it copies.
 MIGRATION_SOURCE = "rmq.migration.source_version"
@@ -51,8 +52,7 @@ def inspect_table(location: str | Path) -> TableInspection:
     """Read a table's recorded contract version, layout and columns with delta-rs."""
     from deltalake import DeltaTable as RustDeltaTable
 
-    if not (Path(location) / "_delta_log").is_dir() or \
-            not RustDeltaTable.is_deltatable(str(location)):
+    if not exists(location) or not RustDeltaTable.is_deltatable(str(location)):
         return TableInspection(exists=False)
     table = RustDeltaTable(str(location))
     metadata = table.metadata()

@@ -29,7 +29,6 @@ from jobs.lakehouse.table_versions import (
 )
 
 if TYPE_CHECKING:  # the DAG imports the table names while parsing: no pyspark for that
-    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
@@ -258,19 +257,19 @@ class Registry:
         the driver with delta-rs: no Spark job, milliseconds instead of seconds."""
         return driver_rows.read_rows(self[name].location, **equal)
 
-    def append_rows(self, name: str, rows: list[tuple] | pa.Table) -> None:
+    def append_rows(self, name: str, rows: driver_rows.Rows) -> None:
         """Append rows to an audit log from the driver (:mod:`driver_rows`)."""
         table = self.ensure(names=False)[name]
         driver_rows.append_rows(table.location, table.contract, rows)
 
-    def append_rows_once(self, name: str, rows: list[tuple] | pa.Table, app_id: str,
+    def append_rows_once(self, name: str, rows: driver_rows.Rows, app_id: str,
                          version: int) -> bool:
         """Append rows once per ``(app_id, version)`` from the driver."""
         table = self.ensure(names=False)[name]
         return driver_rows.append_rows_once(table.location, table.contract, rows, app_id,
                                             version)
 
-    def replace_rows(self, name: str, rows: list[tuple] | pa.Table, **equal: str) -> None:
+    def replace_rows(self, name: str, rows: driver_rows.Rows, **equal: str) -> None:
         """Replace the rows where every ``column = value`` holds, from the driver."""
         table = self.ensure(names=False)[name]
         driver_rows.replace_rows(table.location, table.contract, rows, **equal)

@@ -34,7 +34,7 @@ from typing import Any
 
 from jobs.lakehouse import tables as T
 from jobs.lakehouse.contracts import load_contract
-from jobs.lakehouse.driver_rows import append_rows
+from jobs.lakehouse.driver_rows import append_rows, exists
 from jobs.lakehouse.locks import try_lock
 from jobs.lakehouse.tables import table_location
 from jobs.maintain.policy import BROKER, POLICIES, TablePolicy
@@ -81,14 +81,14 @@ def maintain_tables(warehouse: str | Path, broker: str, *,
         raise ValueError("time_travel_days must be at least 1: a VACUUM must never remove "
                          "files that a load or query still running may read")
     runs = table_location(warehouse, T.MAINTENANCE_RUNS)
-    if not (runs / "_delta_log").is_dir():
+    if not exists(runs):
         raise MaintenanceError(f"no table {runs}: maintenance runs after a load, which "
                                "creates the tables")
     run_id = uuid.uuid4().hex
     rows = []
     for name in T.TABLES:
         location = table_location(warehouse, name)
-        if not (location / "_delta_log").is_dir():
+        if not exists(location):
             continue  # never created: nothing to maintain
         row = _maintain_table(str(warehouse), str(location), name, POLICIES[name], broker,
                               time_travel_days)
