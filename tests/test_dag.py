@@ -34,6 +34,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from airflow_scheduler import local_executor_env, wait_for_port
 from endpoints import Mailbox, free_port, smtp_connection, start_webhook, webhook_connection
 from lakehouse import all_content
 
@@ -508,27 +509,6 @@ D_KILLED = datetime(2026, 11, 25, 2, tzinfo=UTC)
 KILLED_BROKER = "broker-k"
 
 
-def _free_port() -> int:
-    from endpoints import free_port
-
-    return free_port()
-
-
-def _wait_for_port(port: int, process: subprocess.Popen, seconds: float) -> None:
-    import socket
-    import time
-
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if process.poll() is not None:
-            raise AssertionError(f"the API server exited with {process.returncode}")
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
-    raise AssertionError(f"nothing listens on 127.0.0.1:{port} after {seconds} s")
-
-
 def _task_process(ti_id: str) -> int | None:
     """The pid of the task process running task instance ``ti_id``: the Task SDK titles it
     ``airflow worker -- <ti id>`` (setproctitle)."""
@@ -594,16 +574,13 @@ def killed(airflow, growing_store, tmp_path_factory):  # type: ignore[no-untyped
     import time
 
     work = tmp_path_factory.mktemp("killed")
-    port = _free_port()
+    port = free_port()
     store = growing_store / "snapshots" / "s1" / "store"   # only read
     # the module's pipeline config (RMQ_PIPELINE_CONFIG): the same warehouse, so the same
     # Asset URIs as the runs before (Airflow deactivates an asset name whose URI changed)
     env = {**os.environ,
            "AIRFLOW_VAR_RMQ_BROKERS": json.dumps([{"name": KILLED_BROKER, "store": str(store)}]),
-           "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-           "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-           "AIRFLOW__API_AUTH__JWT_SECRET": "rmq-tests-only-" + os.urandom(8).hex(),
-           "AIRFLOW__API__PORT": str(port),
+           **local_executor_env(port),
            # if the kill hits a task's supervisor instead of the task, the heartbeat
            # timeout is what fails it: 30 s, not the default 5 minutes
            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "30",
@@ -621,7 +598,7 @@ def killed(airflow, growing_store, tmp_path_factory):  # type: ignore[no-untyped
                                start_new_session=True)
         run = None
         try:
-            _wait_for_port(port, api, 120)
+            wait_for_port(port, api, 120)
             run = subprocess.Popen([airflow_bin, "dags", "test", "rmq_nightly",
                                     D_KILLED.isoformat(), "--use-executor"],
                                    env=env, stdout=run_log, stderr=subprocess.STDOUT,

@@ -3,21 +3,31 @@ in a process of its own, into one warehouse, first fresh, then with existing tab
 
 Every process must succeed, and every table must hold what loading and checking the same
 snapshots one after another gives (read with delta-rs, an independent reader).
+
+The brokers' decode stages must overlap, not take turns: each process meets the others at
+a barrier as its decode stage begins (a file per broker; it waits until all four are
+there) and records when its decode stage began and ended. Were anything to serialise the
+loads up to that point (a warehouse-wide lock, a table lock), no process would get past
+the barrier and the test would fail on its timeout, whatever the timing of the machine.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from airflow_scheduler import deployment
 from deltalake import DeltaTable
 from lakehouse import delta_rows
 
 from jobs.check_job import check_snapshot
 from jobs.lakehouse import tables as T
+from jobs.lakehouse.jars import REPO_ROOT
 from jobs.lakehouse.tables import Registry, table_location
 from jobs.load.job import load_snapshot
 from jobs.maintain.maintenance import maintain_tables
@@ -30,21 +40,45 @@ NIGHTS = ("n1", "n2")
 # Columns that say when (or where) a check ran, not what it found.
 RUN_COLUMNS = frozenset({"checked_at", "raised_at", "report_url"})
 
+BARRIER_SECONDS = 900  # the four JVMs start on two cores: generous, it is only a deadlock guard
 BROKER_NIGHT = """
-import sys
+import json, sys, time
 from pathlib import Path
 from jobs.check_job import check_snapshot
+from jobs.lakehouse import tables as T
 from jobs.lakehouse.spark_session import build_spark_session
 from jobs.lakehouse.tables import Registry
+from jobs.load import job
 from jobs.load.job import load_snapshot
 from jobs.maintain.maintenance import maintain_tables
 
-warehouse, broker, snapshot_id, store = sys.argv[1:]
+warehouse, broker, snapshot_id, store, barrier, brokers, seconds = sys.argv[1:]
+barrier, seconds = Path(barrier), float(seconds)
+stage = {}
+decode_into = job.SnapshotLoad.decode_into
+
+def decode_at_the_barrier(self, table, *args, **kwargs):
+    # the decode stage is messages -> queue_entries -> index_entries; it begins at the barrier
+    if table == T.MESSAGES:
+        stage["began"] = time.time()
+        (barrier / broker).touch()
+        deadline = time.monotonic() + seconds
+        while len(list(barrier.iterdir())) < int(brokers):
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{broker}: the other brokers never reached their decode stage")
+            time.sleep(0.05)
+    result = decode_into(self, table, *args, **kwargs)
+    if table == T.INDEX_ENTRIES:
+        stage["ended"] = time.time()
+    return result
+
+job.SnapshotLoad.decode_into = decode_at_the_barrier
 spark = build_spark_session("fleet-" + broker, warehouse=Path(warehouse))
 registry = Registry(spark, warehouse)
 load_snapshot(spark, broker, snapshot_id, store, registry=registry)
 check_snapshot(spark, registry, broker, snapshot_id)
 maintain_tables(warehouse, broker)
+(barrier.parent / f"{broker}.stage.json").write_text(json.dumps(stage))
 print("done", broker, snapshot_id)
 """
 
@@ -56,17 +90,21 @@ def content(warehouse: Path) -> dict[str, list[str]]:
 
 
 def night_of_the_fleet(warehouse: Path, night: str, stores: dict[str, Path],
-                       logs: Path) -> None:
-    """All brokers' load + check + maintenance at once, one process each."""
+                       logs: Path) -> dict[str, dict[str, float]]:
+    """All brokers' load + check + maintenance at once, one process each; returns when
+    each broker's decode stage began and ended (epoch seconds)."""
     script = logs / "broker_night.py"
     script.write_text(BROKER_NIGHT)
+    barrier = logs / f"barrier-{night}" / "arrived"
+    barrier.mkdir(parents=True)
     running = {}
     for broker, variant in FLEET.items():
         env = {**os.environ, "RMQ_SPARK_LOG_FILE": str(logs / f"{broker}-{night}-spark.log")}
         out = (logs / f"{broker}-{night}.log").open("w")
         running[broker] = (subprocess.Popen(
             [sys.executable, str(script), str(warehouse), broker, night,
-             str(stores[variant] / "store")], stdout=out, stderr=subprocess.STDOUT, env=env), out)
+             str(stores[variant] / "store"), str(barrier), str(len(FLEET)),
+             str(BARRIER_SECONDS)], stdout=out, stderr=subprocess.STDOUT, env=env), out)
     failed = []
     for broker, (process, out) in running.items():
         code = process.wait(timeout=1800)
@@ -75,13 +113,19 @@ def night_of_the_fleet(warehouse: Path, night: str, stores: dict[str, Path],
             failed.append(f"{broker} exit {code}:\n"
                           + (logs / f"{broker}-{night}.log").read_text()[-3000:])
     assert not failed, "\n".join(failed)
+    return {broker: json.loads((barrier.parent / f"{broker}.stage.json").read_text())
+            for broker in FLEET}
 
 
 def test_four_brokers_at_once_equal_four_brokers_one_after_another(  # type: ignore[no-untyped-def]
         spark, broker_stores, tmp_path: Path):
     fleet_warehouse, serial_warehouse = tmp_path / "fleet", tmp_path / "serial"
     for night in NIGHTS:  # n1 on a fresh warehouse (tables created in a race), n2 on them
-        night_of_the_fleet(fleet_warehouse, night, broker_stores, tmp_path)
+        stages = night_of_the_fleet(fleet_warehouse, night, broker_stores, tmp_path)
+        # all four were in their decode stage at once: the last to begin began before the
+        # first to end had ended (no one ends before all have begun: the barrier)
+        assert max(s["began"] for s in stages.values()) < \
+            min(s["ended"] for s in stages.values()), stages
 
     registry = Registry(spark, serial_warehouse)
     for night in NIGHTS:
@@ -106,3 +150,38 @@ def test_four_brokers_at_once_equal_four_brokers_one_after_another(  # type: ign
                       ).to_pyarrow_table().to_pylist()
     assert {r["broker"] for r in runs} == set(FLEET)
     assert {r["table_name"] for r in runs} == set(T.TABLES)
+
+
+# --------------------------------------------------------------------------- the DAG, scheduled
+
+POOL, SLOTS = "rmq_spark", 2
+NEVER_ON_ITS_OWN = "0 2 29 2 *"  # no slot between the DAG's start date and 2028: only ours
+
+
+def test_a_scheduled_dag_run_of_four_brokers_keeps_to_the_spark_pool(  # type: ignore[no-untyped-def]
+        broker_stores, tmp_path: Path):
+    """``rmq_nightly`` over the four brokers under a real scheduler (LocalExecutor, each task
+    a process of its own): every task group succeeds, and never more load and check tasks
+    (each a Spark application) ran at once than the pool has slots, by the scheduler's own
+    record of when each task instance began and ended. (The sampled count of Spark JVMs is
+    not asserted: a finished task's JVM exits a moment after the scheduler frees its slot.)
+    """
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(json.dumps({
+        "schedule": NEVER_ON_ITS_OWN, "snapshot_root": str(tmp_path / "snapshots"),
+        "warehouse": str(tmp_path / "warehouse"), "retention_days": 7, "retries": 0,
+        "retry_delay_s": 1, "deliver_alerts": False, "brokers": [], "spark_pool": POOL,
+        "spark_pool_slots": SLOTS, "alerts_config": str(REPO_ROOT / "config/alerts.yaml")}))
+    brokers = [{"name": broker, "store": str(broker_stores[variant] / "store")}
+               for broker, variant in FLEET.items()]
+    with deployment(tmp_path / "airflow", config, brokers, POOL, SLOTS) as airflow:
+        run = airflow.run("rmq_nightly", datetime(2026, 11, 24, 2, tzinfo=UTC), 1800)
+        logs = airflow.log_tail("scheduler")
+    states = {(t.task_id, t.map_index): t.state for t in run.tasks}
+    assert run.state == "success", (states, logs)
+    for step in ("snapshot", "load", "check", "alert", "maintain", "clean_up"):
+        assert {states[(f"broker.{step}", i)] for i in range(len(FLEET))} == {"success"}, step
+    assert {t.task_id for t in run.tasks if t.pool == POOL} == {"broker.load", "broker.check"}
+    assert 1 <= run.most_at_once(POOL) <= SLOTS
+    snapshots = DeltaTable(str(table_location(tmp_path / "warehouse", T.SNAPSHOTS)))
+    assert sorted(snapshots.to_pyarrow_table().column("broker").to_pylist()) == sorted(FLEET)

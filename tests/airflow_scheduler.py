@@ -1,0 +1,255 @@
+"""Airflow as production runs it, on 127.0.0.1: API server (execution API), DAG processor
+and scheduler with the LocalExecutor, each task in a process of its own, pools enforced by
+the scheduler (``airflow dags test`` queues every ready task at once and ignores pools).
+
+Used by the fleet test (4 brokers, pool honoured) and bench/fleet_dag.py (1 vs 8 brokers,
+wall time and peak memory). While a run goes on, a sampler reads /proc every half second:
+the Spark JVMs alive and the resident memory of every process the three daemons started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from endpoints import free_port
+
+AIRFLOW = str(Path(sys.executable).parent / "airflow")
+SPARK_JVM = b"org.apache.spark.deploy.SparkSubmit"
+
+
+def local_executor_env(port: int) -> dict[str, str]:
+    """Settings that make tasks run under the LocalExecutor and reach the execution API
+    of an API server on 127.0.0.1:``port``."""
+    return {"AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+            "AIRFLOW__API_AUTH__JWT_SECRET": "rmq-tests-only-" + os.urandom(8).hex(),
+            "AIRFLOW__API__PORT": str(port)}
+
+
+def wait_for_port(port: int, process: subprocess.Popen, seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if process.poll() is not None:
+            raise AssertionError(f"{process.args[1]} exited with {process.returncode}")
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise AssertionError(f"nothing listens on 127.0.0.1:{port} after {seconds} s")
+
+
+@dataclass
+class TaskRun:
+    task_id: str
+    map_index: int
+    state: str
+    pool: str
+    started: float | None   # epoch seconds
+    ended: float | None
+
+
+@dataclass
+class DagRunRecord:
+    state: str
+    seconds: float                          # trigger to the run's end, wall
+    tasks: list[TaskRun]
+    peak_spark_jvms: int = 0                # sampled: Spark drivers alive at once
+    peak_rss_mib: float = 0.0               # sampled: all processes of the deployment
+    logs: Path | None = None
+
+    def most_at_once(self, pool: str) -> int:
+        """The most task instances of ``pool`` that ran at the same time (from the
+        scheduler's own record of when each began and ended)."""
+        edges = sorted((moment, step) for t in self.tasks if t.pool == pool and t.started
+                       for moment, step in ((t.started, 1), (t.ended or time.time(), -1)))
+        running = peak = 0
+        for _moment, step in edges:  # an end at the same instant as a start counts first
+            running += step
+            peak = max(peak, running)
+        return peak
+
+
+@dataclass
+class TreeSampler:
+    """Every half second, the processes under ``roots``: the most Spark JVMs alive at once
+    and the most resident memory all of them held at once."""
+
+    roots: list[int]
+    peak_spark_jvms: int = 0
+    peak_rss_kib: int = 0
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def __enter__(self) -> TreeSampler:
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.done.set()
+        self.thread.join()
+
+    def run(self) -> None:
+        while not self.done.wait(0.5):
+            tree = _descendants(self.roots)
+            jvms = sum(1 for pid in tree if SPARK_JVM in _read(pid, "cmdline"))
+            self.peak_spark_jvms = max(self.peak_spark_jvms, jvms)
+            self.peak_rss_kib = max(self.peak_rss_kib, sum(_rss_kib(pid) for pid in tree))
+
+
+def _read(pid: int, name: str) -> bytes:
+    try:
+        return (Path("/proc") / str(pid) / name).read_bytes()
+    except OSError:
+        return b""
+
+
+def _rss_kib(pid: int) -> int:
+    for line in _read(pid, "status").splitlines():
+        if line.startswith(b"VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _descendants(roots: list[int]) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            stat = _read(int(entry.name), "stat")
+            if stat:  # "pid (comm) state ppid ...": comm may hold spaces, split after it
+                children.setdefault(int(stat.rsplit(b")", 1)[1].split()[1]), []).append(
+                    int(entry.name))
+    found, todo = set(roots), list(roots)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+class Deployment:
+    """The three daemons on one metadata DB (SQLite under ``home``)."""
+
+    def __init__(self, home: Path, env: dict[str, str]) -> None:
+        self.home, self.env = home, env
+        self.database = home / "airflow.db"
+        self.daemons: list[subprocess.Popen] = []
+
+    def airflow(self, *args: str) -> str:
+        done = subprocess.run([AIRFLOW, *args], env=self.env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise AssertionError(f"airflow {' '.join(args)}: {done.stderr[-3000:]}")
+        return done.stdout
+
+    def start(self, port: int) -> None:
+        for name, args in (("api-server", ["api-server", "--host", "127.0.0.1", "--port",
+                                           str(port), "--workers", "1", "--apps", "execution"]),
+                           ("dag-processor", ["dag-processor"]), ("scheduler", ["scheduler"])):
+            with open(self.home / f"{name}.log", "wb") as out:
+                self.daemons.append(subprocess.Popen([AIRFLOW, *args], env=self.env, stdout=out,
+                                                     stderr=subprocess.STDOUT,
+                                                     start_new_session=True))
+        wait_for_port(port, self.daemons[0], 120)
+
+    def stop(self) -> None:
+        for daemon in self.daemons:
+            with suppress(ProcessLookupError):
+                os.killpg(daemon.pid, signal.SIGTERM)
+        for daemon in self.daemons:
+            try:
+                daemon.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                with suppress(ProcessLookupError):
+                    os.killpg(daemon.pid, signal.SIGKILL)
+                daemon.wait()
+
+    def query(self, sql: str, *args: object) -> list[tuple]:
+        with sqlite3.connect(f"file:{self.database}?mode=ro", uri=True, timeout=30) as db:
+            return db.execute(sql, args).fetchall()
+
+    def wait_for_dag(self, dag_id: str, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self.query("SELECT 1 FROM dag WHERE dag_id = ? AND NOT is_stale", dag_id):
+                return
+            self._still_running()
+            time.sleep(1)
+        raise AssertionError(f"the DAG processor did not register {dag_id} in {seconds} s: "
+                             + self.log_tail("dag-processor"))
+
+    def run(self, dag_id: str, logical_date: datetime, seconds: float) -> DagRunRecord:
+        """Trigger ``dag_id`` for ``logical_date`` and wait for the run to end."""
+        run_id = f"fleet__{logical_date:%Y%m%dT%H%M}"
+        with TreeSampler([d.pid for d in self.daemons]) as sampler:
+            clock = time.monotonic()
+            self.airflow("dags", "trigger", dag_id, "--logical-date",
+                         logical_date.isoformat(), "--run-id", run_id)
+            state, deadline = "queued", time.monotonic() + seconds
+            while state not in ("success", "failed") and time.monotonic() < deadline:
+                time.sleep(1)
+                self._still_running()
+                rows = self.query("SELECT state FROM dag_run WHERE dag_id = ? AND run_id = ?",
+                                  dag_id, run_id)
+                state = rows[0][0] if rows else "queued"
+            elapsed = time.monotonic() - clock
+        tasks = [TaskRun(task_id, map_index, task_state, pool, _epoch(started), _epoch(ended))
+                 for task_id, map_index, task_state, pool, started, ended in self.query(
+                     "SELECT task_id, map_index, state, pool, start_date, end_date "
+                     "FROM task_instance WHERE dag_id = ? AND run_id = ?", dag_id, run_id)]
+        return DagRunRecord(state, elapsed, tasks, sampler.peak_spark_jvms,
+                            sampler.peak_rss_kib / 1024, self.home)
+
+    def _still_running(self) -> None:
+        for daemon in self.daemons:
+            if daemon.poll() is not None:
+                raise AssertionError(f"airflow {daemon.args[1]} exited with "
+                                     f"{daemon.returncode}: {self.log_tail(daemon.args[1])}")
+
+    def log_tail(self, name: str) -> str:
+        path = self.home / f"{name}.log"
+        return path.read_text(errors="replace")[-3000:] if path.exists() else ""
+
+
+def _epoch(text: str | None) -> float | None:
+    return datetime.fromisoformat(text).timestamp() if text else None
+
+
+@contextmanager
+def deployment(home: Path, pipeline_config: Path, brokers: list[dict], pool: str,
+               slots: int, extra_env: dict[str, str] | None = None) -> Iterator[Deployment]:
+    """A fresh Airflow home with ``rmq_nightly`` unpaused, ``pool`` of ``slots``, the
+    brokers as the ``rmq_brokers`` Variable, and the daemons running."""
+    home.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    repo = Path(__file__).resolve().parent.parent
+    env = {**os.environ, **local_executor_env(port),
+           "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(repo / "dags"),
+           "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+           "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+           "AIRFLOW__CORE__PARALLELISM": "16",
+           "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+           "RMQ_PIPELINE_CONFIG": str(pipeline_config),
+           "AIRFLOW_VAR_RMQ_BROKERS": json.dumps(brokers), **(extra_env or {})}
+    env.pop("RMQ_WAREHOUSE", None)
+    deployed = Deployment(home, env)
+    deployed.airflow("db", "migrate")
+    deployed.airflow("pools", "set", pool, str(slots), "Spark applications at once")
+    try:
+        deployed.start(port)
+        deployed.wait_for_dag("rmq_nightly", 300)
+        yield deployed
+    finally:
+        deployed.stop()
