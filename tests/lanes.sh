@@ -2,18 +2,18 @@
 # The whole suite in two pytest processes at once (what `make test` runs).
 #
 # Lane A holds the tests that mostly wait: Airflow DAG runs (task start-ups, sshd, an
-# api-server, a killed task's heartbeat), the standalone Spark cluster (master and worker
-# JVMs starting), SFTP snapshots, and two Spark modules with their own warehouses
-# (incremental loads, Great Expectations) that balance the lanes' lengths. Lane B,
-# everything else, fills the two cores meanwhile. Each
-# lane has its own temp dir, Airflow home and Spark session; ports are picked free at run
+# api-server, a killed task's heartbeat, a scheduler's fleet run), the standalone Spark
+# cluster (master and worker JVMs starting), SFTP snapshots, and two Spark modules with
+# their own warehouses (incremental loads, Great Expectations) that balance the lanes'
+# lengths. Lane B, everything else, fills the two cores meanwhile. Each lane has its own
+# temp dir, Airflow home and Spark session; ports are picked free at run
 # time and the broker stores are built before either lane starts. Lane A's output is
 # printed after lane B's. Exit status: the worse of the two (pytest's 5, "no tests
 # collected", counts as success).
 set -uo pipefail
 PY=${1:?usage: tests/lanes.sh PYTHON}
-LANE_A=(tests/test_dag.py tests/test_cluster.py tests/test_snapshot.py
-        tests/test_load_incremental.py tests/test_expectations.py)
+LANE_A=(tests/test_dag.py tests/test_fleet_dag.py tests/test_cluster.py
+        tests/test_snapshot.py tests/test_load_incremental.py tests/test_expectations.py)
 IGNORE=()
 for file in "${LANE_A[@]}"; do IGNORE+=("--ignore=$file"); done
 mkdir -p .cache/logs

@@ -1,0 +1,228 @@
+"""Years of nights: does a night cost the same at night 100 as at night 10?
+
+A series is one long-lived process that runs, night after night, the DAG's own step
+functions (``jobs.pipeline``: snapshot, load, check, maintain, clean up; alert delivery is
+off) for each of its brokers, on synthetic stores that grow by one night of messages
+before each night and keep three nights of commitlog, as a broker with the default 72 h
+``fileReservedTime`` does (bench/growing_broker.py). So a store stays the same size and
+the lakehouse grows: what the series measures is the cost of that history. Series:
+
+  one    1 broker, 100 nights
+  five   5 brokers side by side (each night every broker in turn), 20 nights
+
+Each night records, per broker, the seconds of every step; on measured nights (1, 10, 30,
+100 and every 10th) also, per table, the files a query reads (the Delta table's active
+files) and their bytes, the data files on disk (VACUUM keeps 7 days of wall-clock time
+travel, so in a bench that runs for an hour nothing is old enough to go), the Delta log
+(files, bytes), and the seconds of each saved query (in the series' Spark session, warm;
+the best of 3).
+
+Usage: python bench/years.py --series one [--nights 100] [--messages-per-night 5000]
+Results: .cache/bench/years/<series>.jsonl (a line per night) and a summary on stdout.
+See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
+
+from growing_broker import GrowingBroker  # noqa: E402
+
+SERIES = {"one": (1, 100), "five": (5, 20)}
+FIRST_NIGHT = datetime(2026, 1, 1, 2, tzinfo=UTC)
+STEPS = ("snapshot", "load", "check", "maintain", "clean_up")
+REPORTED_NIGHTS = (1, 10, 30, 100)
+
+
+def measured(night: int) -> bool:
+    return night in REPORTED_NIGHTS or night % 10 == 0
+
+
+def pipeline_config(work: Path, brokers: list[str]):  # type: ignore[no-untyped-def]
+    from jobs.pipeline_config import BrokerSource, PipelineConfig
+
+    return PipelineConfig(
+        schedule="0 2 * * *", snapshot_root=work / "snapshots", warehouse=work / "warehouse",
+        retention_days=2, retries=0, retry_delay_s=1, spark_conn_id=None,
+        deliver_alerts=False, source=work / "pipeline.yaml",
+        brokers=tuple(BrokerSource(b, str(work / "stores" / b / "store")) for b in brokers),
+        alerts_config=ROOT / "config" / "alerts.yaml")
+
+
+def one_night(spark, config, broker, snapshot_id: str) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """The broker's task group, step by step, timed."""
+    from jobs import pipeline
+
+    seconds, clock = {}, time.monotonic()
+
+    def lap(step: str) -> None:
+        nonlocal clock
+        seconds[step] = round(time.monotonic() - clock, 2)
+        clock = time.monotonic()
+
+    snapshot = pipeline.snapshot_broker(config, broker, snapshot_id)
+    lap("snapshot")
+    loaded = pipeline.load_broker(spark, config, snapshot)
+    lap("load")
+    checked = pipeline.check_broker(spark, config, loaded, config.alerts_config)
+    lap("check")
+    pipeline.maintain_broker(config, checked)
+    lap("maintain")
+    pipeline.clean_up_broker(config, broker.name, snapshot_id)
+    lap("clean_up")
+    return seconds
+
+
+def table_stats(warehouse: Path) -> dict[str, dict[str, int]]:
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    from jobs.lakehouse import tables as T
+
+    stats = {}
+    for name in T.TABLES:
+        location = T.table_location(warehouse, name)
+        active = pa.table(DeltaTable(str(location)).get_add_actions(flatten=True)).to_pydict()
+        on_disk = [p for p in location.rglob("*.parquet") if "_delta_log" not in p.parts]
+        log = [p for p in (location / "_delta_log").iterdir() if p.is_file()]
+        stats[name] = {"files": len(active["path"]), "bytes": sum(active["size_bytes"]),
+                       "files_on_disk": len(on_disk),
+                       "bytes_on_disk": sum(p.stat().st_size for p in on_disk),
+                       "log_files": len(log), "log_bytes": sum(p.stat().st_size for p in log)}
+    return stats
+
+
+def query_seconds(spark, registry) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """Each saved query, best of 3 in the warm session (collected to the driver)."""
+    from jobs.lakehouse.sql import run_saved
+
+    params = {"message_by_key": {"key": "order-000000000042"},
+              "message_by_msg_id": {"msg_id": f"0A0000011A2B00000000{42:012X}"}}
+    seconds = {}
+    for name in ("message_by_key", "message_by_msg_id", "consumer_positions",
+                 "volume_per_topic_hour"):
+        best = float("inf")
+        for _ in range(3):
+            clock = time.monotonic()
+            run_saved(spark, name, params.get(name), registry).collect()
+            best = min(best, time.monotonic() - clock)
+        seconds[name] = round(best, 3)
+    return seconds
+
+
+def run_series(series: str, nights: int, per_night: int, work: Path) -> Path:
+    from jobs.lakehouse.spark_session import build_spark_session
+    from jobs.lakehouse.tables import Registry
+    from jobs.snapshot.manifest import snapshot_id_for
+
+    count, _default_nights = SERIES[series]
+    names = [f"years-{series}-{i}" for i in range(count)]
+    shutil.rmtree(work, ignore_errors=True)
+    config = pipeline_config(work, names)
+    stores = {b.name: GrowingBroker(work / "stores" / b.name, per_night) for b in config.brokers}
+    spark = build_spark_session(f"years-{series}", warehouse=config.warehouse)
+    results = ROOT / ".cache" / "bench" / "years" / f"{series}.jsonl"
+    results.parent.mkdir(parents=True, exist_ok=True)
+    with results.open("w") as out:
+        for night in range(1, nights + 1):
+            snapshot_id = snapshot_id_for(FIRST_NIGHT + timedelta(days=night - 1))
+            record: dict[str, object] = {"night": night, "snapshot_id": snapshot_id,
+                                         "messages_per_night": per_night, "brokers": {}}
+            for broker in config.brokers:
+                grown = stores[broker.name].grow()
+                record["brokers"][broker.name] = {  # type: ignore[index]
+                    "messages": grown.messages, "store_bytes": grown.physical_end,
+                    "seconds": one_night(spark, config, broker, snapshot_id)}
+            if measured(night):
+                record["tables"] = table_stats(config.warehouse)
+                record["queries"] = query_seconds(spark, Registry(spark, config.warehouse))
+            out.write(json.dumps(record) + "\n")
+            out.flush()
+            totals = [sum(b["seconds"].values()) for b in record["brokers"].values()]  # type: ignore[attr-defined]
+            print(f"night {night}: {', '.join(f'{t:.1f}' for t in totals)} s", flush=True)
+    spark.stop()
+    return results
+
+
+# --------------------------------------------------------------------------- summary
+
+
+def per_night_seconds(record: dict) -> dict[str, float]:
+    """Seconds per broker-night by step (the mean over the night's brokers)."""
+    brokers = list(record["brokers"].values())
+    return {step: sum(b["seconds"][step] for b in brokers) / len(brokers) for step in STEPS}
+
+
+def slope(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """Least-squares line through (night, seconds): intercept, seconds per extra night."""
+    n = len(points)
+    mean_x = sum(x for x, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    var = sum((x - mean_x) ** 2 for x, _ in points) or 1.0
+    b = sum((x - mean_x) * (y - mean_y) for x, y in points) / var
+    return mean_y - b * mean_x, b
+
+
+def summarize(results: Path) -> None:
+    records = [json.loads(line) for line in results.read_text().splitlines()]
+    by_night = {r["night"]: r for r in records}
+    print(f"\n{results.name}: {len(records)} nights, "
+          f"{records[0]['messages_per_night']} messages per broker per night, "
+          f"{len(records[0]['brokers'])} broker(s)")
+    queries = next(r["queries"] for r in reversed(records) if "queries" in r)
+    print("| night | " + " | ".join(STEPS) + " | total s | files (active, all tables) "
+          "| Delta log MiB | " + " | ".join(f"{q} s" for q in queries) + " |")
+    for night in sorted(set(REPORTED_NIGHTS) | {len(records)}):
+        record = by_night.get(night)
+        if record is None or "tables" not in record:
+            continue
+        seconds = per_night_seconds(record)
+        tables = record["tables"]
+        print(f"| {night} | " + " | ".join(f"{seconds[s]:.1f}" for s in STEPS)
+              + f" | {sum(seconds.values()):.1f} | {sum(t['files'] for t in tables.values())}"
+              + f" | {sum(t['log_bytes'] for t in tables.values()) / 2**20:.1f} | "
+              + " | ".join(f"{v:.2f}" for v in record["queries"].values()) + " |")
+    # a night is noisy (a shared 2-core machine): compare the medians of nights 6-15 and the
+    # last ten, and fit a line through every night from 10 on
+    totals = {r["night"]: sum(per_night_seconds(r).values()) for r in records}
+
+    def median(nights: range) -> float:
+        values = sorted(totals[n] for n in nights if n in totals)
+        return values[len(values) // 2]
+
+    if len(records) < 20:
+        return
+    early, late = median(range(6, 16)), median(range(len(records) - 9, len(records) + 1))
+    intercept, per_extra = slope([(n, s) for n, s in totals.items() if n >= 10])
+    print(f"median seconds per broker-night, nights 6-15: {early:.1f}; last 10 nights: "
+          f"{late:.1f}; ratio {late / early:.2f}")
+    print(f"fitted: {intercept:.1f} s + {per_extra * 1000:.1f} ms per extra night: night 365 "
+          f"would take {intercept + per_extra * 365:.1f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--series", choices=sorted(SERIES), required=True)
+    parser.add_argument("--nights", type=int)
+    parser.add_argument("--messages-per-night", type=int, default=5000)
+    parser.add_argument("--summary-only", action="store_true")
+    args = parser.parse_args()
+    results = ROOT / ".cache" / "bench" / "years" / f"{args.series}.jsonl"
+    if not args.summary_only:
+        results = run_series(args.series, args.nights or SERIES[args.series][1],
+                             args.messages_per_night,
+                             ROOT / ".cache" / "bench" / "years" / args.series)
+    summarize(results)
+
+
+if __name__ == "__main__":
+    main()

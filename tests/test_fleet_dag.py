@@ -1,0 +1,56 @@
+"""The nightly DAG over a fleet of four brokers under a real scheduler: the Spark pool holds.
+
+``airflow dags test`` runs every ready task at once and ignores pools, so this runs
+``rmq_nightly`` the way production does (tests/airflow_scheduler.py: API server, DAG
+processor and scheduler with the LocalExecutor, each task a process of its own).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from airflow_scheduler import deployment
+from deltalake import DeltaTable
+from test_fleet import FLEET
+
+from jobs.lakehouse import tables as T
+from jobs.lakehouse.jars import REPO_ROOT
+from jobs.lakehouse.tables import table_location
+
+pytestmark = [pytest.mark.spark, pytest.mark.broker]
+
+
+POOL, SLOTS = "rmq_spark", 2
+NEVER_ON_ITS_OWN = "0 2 29 2 *"  # no slot between the DAG's start date and 2028: only ours
+
+
+def test_a_scheduled_dag_run_of_four_brokers_keeps_to_the_spark_pool(  # type: ignore[no-untyped-def]
+        broker_stores, tmp_path: Path):
+    """``rmq_nightly`` over the four brokers under a real scheduler (LocalExecutor, each task
+    a process of its own): every task group succeeds, and never more load and check tasks
+    (each a Spark application) ran at once than the pool has slots, by the scheduler's own
+    record of when each task instance began and ended. (The sampled count of Spark JVMs is
+    not asserted: a finished task's JVM exits a moment after the scheduler frees its slot.)
+    """
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(json.dumps({
+        "schedule": NEVER_ON_ITS_OWN, "snapshot_root": str(tmp_path / "snapshots"),
+        "warehouse": str(tmp_path / "warehouse"), "retention_days": 7, "retries": 0,
+        "retry_delay_s": 1, "deliver_alerts": False, "brokers": [], "spark_pool": POOL,
+        "spark_pool_slots": SLOTS, "alerts_config": str(REPO_ROOT / "config/alerts.yaml")}))
+    brokers = [{"name": broker, "store": str(broker_stores[variant] / "store")}
+               for broker, variant in FLEET.items()]
+    with deployment(tmp_path / "airflow", config, brokers, POOL, SLOTS) as airflow:
+        run = airflow.run("rmq_nightly", datetime(2026, 11, 24, 2, tzinfo=UTC), 1800)
+        logs = airflow.log_tail("scheduler")
+    states = {(t.task_id, t.map_index): t.state for t in run.tasks}
+    assert run.state == "success", (states, logs)
+    for step in ("snapshot", "load", "check", "alert", "maintain", "clean_up"):
+        assert {states[(f"broker.{step}", i)] for i in range(len(FLEET))} == {"success"}, step
+    assert {t.task_id for t in run.tasks if t.pool == POOL} == {"broker.load", "broker.check"}
+    assert 1 <= run.most_at_once(POOL) <= SLOTS
+    snapshots = DeltaTable(str(table_location(tmp_path / "warehouse", T.SNAPSHOTS)))
+    assert sorted(snapshots.to_pyarrow_table().column("broker").to_pylist()) == sorted(FLEET)
