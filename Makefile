@@ -57,8 +57,10 @@ default-store: $(INSTALLED)
 # folder, the broker given as the rmq_brokers Variable (AIRFLOW_VAR_*), no example DAGs.
 AIRFLOW_HOME_DIR := $(CURDIR)/.cache/airflow
 AIRFLOW_DB  := $(AIRFLOW_HOME_DIR)/airflow.db
+# RMQ_SPARK_SHARED_SESSION: `dags test` runs every task in this one process, so its Spark
+# tasks share one session (under a scheduler each task ends its own JVM).
 AIRFLOW_ENV := AIRFLOW_HOME=$(AIRFLOW_HOME_DIR) AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags \
-	AIRFLOW__CORE__LOAD_EXAMPLES=False \
+	AIRFLOW__CORE__LOAD_EXAMPLES=False RMQ_SPARK_SHARED_SESSION=1 \
 	AIRFLOW_VAR_RMQ_BROKERS='[{"name": "$(RUN_BROKER)", "store": "$(abspath $(RUN_STORE))"}]'
 AIRFLOW     := $(AIRFLOW_ENV) $(VENV)/bin/airflow
 
@@ -79,7 +81,7 @@ $(AIRFLOW_DB): $(INSTALLED)
 	$(AIRFLOW) db migrate >/dev/null
 	$(AIRFLOW_ENV) $(PY) -c 'from jobs.pipeline_config import load_config; c = load_config(); \
 		print(c.spark_pool, c.spark_pool_slots, "Spark-applications-at-once")' \
-		| xargs $(AIRFLOW) pools set >/dev/null
+		| xargs env $(AIRFLOW) pools set >/dev/null
 
 ## browser: Debian's Chromium for the tests that open the HTML reports (playwright drives
 ## it; nothing downloads a browser of its own). Installs only when missing (needs root).
