@@ -96,3 +96,24 @@ def test_bulk_hashes_equal_scalar_hashes(texts: list[str | None], skip: int) -> 
     assert java_string_hashes(array).tolist() == expected
     assert index_key_hashes(array).tolist() == [
         0 if h == -(2**31) else abs(h) for h in expected]
+
+
+# Strings Spark can hold: UTF-8 has no lone surrogates.
+SPARK_TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=40)
+
+
+@pytest.mark.spark
+@settings(max_examples=20, deadline=None)
+@given(st.lists(st.tuples(st.one_of(st.none(), SPARK_TEXT), SPARK_TEXT, SPARK_TEXT),
+                min_size=1, max_size=40))
+def test_the_checks_sql_hashes_equal_rmqlib(spark, rows: list[tuple]) -> None:  # type: ignore[no-untyped-def]
+    """The reconcile's SQL (the JVM's own String.hashCode through reflect()) gives the
+    tagsCode and index keyHash that rmqlib's decoders compute, for any text."""
+    from jobs.check.checks import SQL_FRAGMENTS
+
+    frame = spark.createDataFrame(rows, "tags STRING, topic STRING, key STRING")
+    got = frame.selectExpr(
+        f"{SQL_FRAGMENTS['record_tags_code'].replace('m.tags', 'tags')} AS tags_code",
+        f"{SQL_FRAGMENTS['index_key_hash']} AS key_hash").collect()
+    assert [(r.tags_code, r.key_hash) for r in got] == [
+        (tags_code(tags), index_key_hash(index_key(topic, key))) for tags, topic, key in rows]

@@ -534,8 +534,22 @@ CHECKS: tuple[Check, ...] = (
         )),
 )
 
+# Java's String.hashCode, by the JVM itself (java.util.Objects.hashCode(s) is s.hashCode(),
+# 0 for null): the consume queue's tagsCode of TAGS (spec §4.3, 0 without tags) and the
+# IndexFile keyHash of "topic#key" (§5: its absolute value, 0 for Integer.MIN_VALUE).
+# Spark SQL's reflect() keeps the checks free of Python workers; tests/test_javahash.py
+# holds it to rmqlib.common.javahash, which the decoders use.
+JAVA_HASH = "CAST(reflect('java.util.Objects', 'hashCode', {s}) AS INT)"
+_TAGS_HASH = JAVA_HASH.format(s="coalesce(m.tags, '')")
+_KEY_HASH = JAVA_HASH.format(s="concat(topic, '#', key)")
+SQL_FRAGMENTS = {
+    "record_tags_code": f"CAST({_TAGS_HASH} AS BIGINT)",
+    "index_key_hash": f"CASE WHEN {_KEY_HASH} = -2147483648 THEN 0 ELSE abs({_KEY_HASH}) END",
+}
+
 # Derived views the checks share (created and cached by jobs.check.reconcile after jobs.check.lag's
-# rc_lag): each is computed once although several checks read it.
+# rc_lag): each is computed once although several checks read it. Formatted with cl_max and
+# SQL_FRAGMENTS.
 DERIVED_VIEWS = {
     # units joined with the records they point at, and what each should be
     "rc_unit_vs_record": """
@@ -546,7 +560,7 @@ DERIVED_VIEWS = {
            left(u.topic, 5) = '%LMQ%' AS lmq,
            m.total_size, m.topic AS record_topic, m.queue_id AS record_queue_id,
            m.queue_offset AS record_queue_offset, m.store_time,
-           rmq_tags_code(m.tags) AS record_tags_code
+           {record_tags_code} AS record_tags_code
     FROM rc_units u LEFT JOIN rc_msg m ON m.physical_offset = u.commitlog_offset
     WHERE u.commitlog_offset < {cl_max}""",
     # dispatchable records without a unit in their queue; at_tail: past the dispatch point
@@ -568,7 +582,7 @@ DERIVED_VIEWS = {
     # and from 5.5.0 topic#T#TAGS (found in real 5.5.0 stores, rmqlib.indexfile);
     # ROLLBACK records are not indexed
     "rc_record_keys": """
-        SELECT physical_offset, is_tag, rmq_index_hash(concat(topic, '#', key)) AS key_hash
+        SELECT physical_offset, is_tag, {index_key_hash} AS key_hash
         FROM (SELECT physical_offset, topic, false AS is_tag,
                      explode(array_distinct(filter(
                          concat(keys, array(uniq_key)),

@@ -18,7 +18,7 @@ from functools import reduce
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.check.checks import CHECKS, DERIVED_VIEWS, FINDING_COLUMNS
+from jobs.check.checks import CHECKS, DERIVED_VIEWS, FINDING_COLUMNS, SQL_FRAGMENTS
 from jobs.check.lag import consumer_lag
 from jobs.check.views import SnapshotScope, create_views, drop_views, snapshot_scope
 from jobs.lakehouse import tables as T
@@ -61,7 +61,8 @@ def reconcile_snapshot(spark: SparkSession, registry: Registry, broker: str,
     lag.createOrReplaceTempView("rc_lag")
     derived = []
     for name, query in DERIVED_VIEWS.items():
-        frame = spark.sql(query.format(cl_max=scope.commitlog_max_offset)).persist()
+        frame = spark.sql(query.format(cl_max=scope.commitlog_max_offset,
+                                         **SQL_FRAGMENTS)).persist()
         frame.createOrReplaceTempView(name)
         derived.append(frame)
     # A few rows per queue and per finding: written from the driver (delta-rs), not as

@@ -22,17 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-import numpy as np
-import pandas as pd
-import pyarrow as pa
 from pyspark.sql import SparkSession
-from pyspark.sql.functions import pandas_udf
-from pyspark.sql.types import IntegerType, LongType
 
 from jobs.lakehouse import tables as T
 from jobs.lakehouse.delta_io import sql_string
 from jobs.lakehouse.tables import Registry
-from rmqlib.common.javahash import index_key_hashes, java_string_hashes
 
 
 class SnapshotNotLoadedError(LookupError):
@@ -82,33 +76,11 @@ def snapshot_scope(registry: Registry, broker: str, snapshot_id: str) -> Snapsho
         bool(mine["abort_present"]), mine["checkpoint_physic_msg_time"], visible)
 
 
-# --------------------------------------------------------------------------- UDFs
-
-
-@pandas_udf(LongType())  # type: ignore[call-overload]
-def rmq_tags_code(tags: pd.Series) -> pd.Series:
-    """Consume-queue tagsCode of TAGS (spec §4.3): Java hash sign-extended, 0 if none."""
-    values = pa.array(tags.fillna(""), pa.string())
-    return pd.Series(java_string_hashes(values).astype(np.int64))
-
-
-@pandas_udf(IntegerType())  # type: ignore[call-overload]
-def rmq_index_hash(keys: pd.Series) -> pd.Series:
-    """IndexFile keyHash of ``topic#key`` strings (spec §5)."""
-    return pd.Series(index_key_hashes(pa.array(keys, pa.string())))
-
-
-def register_udfs(spark: SparkSession) -> None:
-    spark.udf.register("rmq_tags_code", rmq_tags_code)
-    spark.udf.register("rmq_index_hash", rmq_index_hash)
-
-
 # --------------------------------------------------------------------------- views
 
 
 def create_views(spark: SparkSession, registry: Registry, scope: SnapshotScope) -> None:
     """(Re)create the ``rc_*`` temp views of ``scope`` in this session."""
-    register_udfs(spark)
     for name in (T.MESSAGES, T.QUEUE_ENTRIES, T.INDEX_ENTRIES, T.TOPICS,
                  T.SUBSCRIPTION_GROUPS, T.CONSUMER_OFFSETS, T.DELAY_OFFSETS,
                  T.PENDING_TIMERS, T.QUARANTINE,
