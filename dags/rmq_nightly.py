@@ -20,6 +20,9 @@ fails itself so the run stays failed.
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -77,10 +80,17 @@ def _snapshot_id() -> str:
     return snapshot_id_for(moment)
 
 
-def _spark():  # type: ignore[no-untyped-def]
-    """This process's SparkSession: master from the ``spark_conn_id`` connection, else
-    ``$RMQ_SPARK_MASTER``, else local. Tasks of one process (``airflow dags test``) share it."""
-    from jobs.lakehouse.spark_session import build_spark_session
+@contextmanager
+def _spark() -> Iterator[Any]:
+    """A SparkSession for one task: master from the ``spark_conn_id`` connection, else
+    ``$RMQ_SPARK_MASTER``, else local.
+
+    Under a scheduler every task is a process of its own: the task ends its Spark
+    application (and waits for the driver JVM to exit) before it gives back its pool slot.
+    ``make run`` runs every task in one process (``airflow dags test``) and sets
+    ``RMQ_SPARK_SHARED_SESSION=1``: its tasks then share one session instead.
+    """
+    from jobs.lakehouse.spark_session import build_spark_session, end_spark_application
 
     master = None
     if CONFIG.spark_conn_id:
@@ -91,7 +101,12 @@ def _spark():  # type: ignore[no-untyped-def]
         if connection is not None and connection.host:
             host = connection.host
             master = host if "://" in host else f"spark://{host}:{connection.port or 7077}"
-    return build_spark_session("rmq-nightly", master=master, warehouse=CONFIG.warehouse)
+    session = build_spark_session("rmq-nightly", master=master, warehouse=CONFIG.warehouse)
+    try:
+        yield session
+    finally:
+        if os.environ.get("RMQ_SPARK_SHARED_SESSION") != "1":
+            end_spark_application(session)
 
 
 def _step(call, *args):  # type: ignore[no-untyped-def]
@@ -143,13 +158,15 @@ def rmq_nightly() -> None:
         @task(map_index_template=BY_BROKER, pool=CONFIG.spark_pool,
               outlets=[table_asset(name) for name in LOADED_TABLES])
         def load(snapshot: dict[str, Any]) -> dict[str, Any]:
-            return _step(pipeline.load_broker, _spark(), CONFIG, _labelled(snapshot))
+            with _spark() as spark:
+                return _step(pipeline.load_broker, spark, CONFIG, _labelled(snapshot))
 
         @task(map_index_template=BY_BROKER, pool=CONFIG.spark_pool,
               outlets=[table_asset(name) for name in CHECKED_TABLES])
         def check(loaded: dict[str, Any]) -> dict[str, Any]:
-            return _step(pipeline.check_broker, _spark(), CONFIG, _labelled(loaded),
-                         CONFIG.alerts_config)
+            with _spark() as spark:
+                return _step(pipeline.check_broker, spark, CONFIG, _labelled(loaded),
+                             CONFIG.alerts_config)
 
         @task(map_index_template=BY_BROKER)
         def alert(checked: dict[str, Any]) -> dict[str, Any]:

@@ -92,6 +92,8 @@ def airflow(tmp_path_factory):  # type: ignore[no-untyped-def]
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("RMQ_PIPELINE_CONFIG", str(config))
         patch.delenv("RMQ_WAREHOUSE", raising=False)
+        # dag.test() runs the tasks in this process, whose Spark session other tests share
+        patch.setenv("RMQ_SPARK_SHARED_SESSION", "1")
         patch.setenv("AIRFLOW_CONN_RMQ_ALERTS_SMTP", smtp_connection(smtp_port))
         patch.setenv("AIRFLOW_CONN_RMQ_ALERTS_WEBHOOK",
                      webhook_connection(webhook.server_address[1]))

@@ -32,8 +32,9 @@ def test_a_scheduled_dag_run_of_four_brokers_keeps_to_the_spark_pool(  # type: i
     """``rmq_nightly`` over the four brokers under a real scheduler (LocalExecutor, each task
     a process of its own): every task group succeeds, and never more load and check tasks
     (each a Spark application) ran at once than the pool has slots, by the scheduler's own
-    record of when each task instance began and ended. (The sampled count of Spark JVMs is
-    not asserted: a finished task's JVM exits a moment after the scheduler frees its slot.)
+    record of when each task instance began and ended; nor were more driver JVMs alive at
+    any sample (every half second) than it has slots, since a task ends its JVM before it
+    gives back its slot.
     """
     config = tmp_path / "pipeline.yaml"
     config.write_text(json.dumps({
@@ -52,5 +53,6 @@ def test_a_scheduled_dag_run_of_four_brokers_keeps_to_the_spark_pool(  # type: i
         assert {states[(f"broker.{step}", i)] for i in range(len(FLEET))} == {"success"}, step
     assert {t.task_id for t in run.tasks if t.pool == POOL} == {"broker.load", "broker.check"}
     assert 1 <= run.most_at_once(POOL) <= SLOTS
+    assert 1 <= run.peak_spark_jvms <= SLOTS
     snapshots = DeltaTable(str(table_location(tmp_path / "warehouse", T.SNAPSHOTS)))
     assert sorted(snapshots.to_pyarrow_table().column("broker").to_pylist()) == sorted(FLEET)

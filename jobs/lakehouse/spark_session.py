@@ -10,6 +10,7 @@ Override any setting with ``extra_conf`` or ``RMQ_SPARK_MASTER`` (e.g.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -109,3 +110,31 @@ def _require_delta_on_driver(session: SparkSession, jar_dir: Path) -> None:
             f"the Delta jars are not on the driver's classpath: run spark-submit with "
             f"--jars \"$(python -m jobs.lakehouse.jars | paste -sd, -)\" (they are in {jar_dir})"
         ) from None
+
+
+def end_spark_application(session: SparkSession, *, timeout_s: float = 120.0) -> None:
+    """Stop ``session`` and wait until the driver JVM this process launched has exited.
+
+    Left alone, the JVM exits only after the Python process has (it watches its stdin),
+    and then runs its shutdown hooks for seconds, longer on a busy machine: meanwhile it
+    holds its heap although the Airflow task that started it has given back its pool
+    slot. A fleet's night measured 6 driver JVMs alive under a pool of 2 slots that way.
+    Ending the JVM inside the task makes the pool bound the JVMs, not only the tasks.
+    """
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    process = getattr(gateway, "proc", None)  # None under spark-submit: not ours to end
+    session.stop()
+    if gateway is None or process is None:
+        return
+    gateway.close()
+    if process.stdin is not None:
+        process.stdin.close()  # the gateway server exits on end of input
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    SparkContext._gateway = None
+    SparkContext._jvm = None
