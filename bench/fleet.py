@@ -3,13 +3,14 @@
 Two measurements, each against its one-broker baseline, run one after the other:
 
   loads   ``python -m jobs load`` of 1 broker, then of N brokers at once (each a process
-          of its own, one fresh warehouse per run, the real-broker stores of the harness
-          under N names): wall time of the N against N times the one
+          of its own, one fresh warehouse per run, the harness's v5-clean store under N
+          names): wall time of the N against N times the one
   dag     ``rmq_nightly`` under the scheduler with the LocalExecutor (each task a process
-          of its own; tests/airflow_scheduler.py), for 1 broker and for M brokers, pool
-          ``spark_pool_slots`` = 2: wall time from trigger to the run's end, peak resident
-          memory of every process of the deployment, peak Spark JVMs alive, the most load
-          and check tasks the scheduler ran at once
+          of its own; tests/airflow_scheduler.py), for 1 broker and for M brokers (the
+          four real-broker variants in turn), pool ``spark_pool_slots`` = 2: wall time
+          from trigger to the run's end, peak resident memory of every process of the
+          deployment, peak Spark JVMs alive, the most load and check tasks the scheduler
+          ran at once
 
 Usage: python bench/fleet.py [--loads 4] [--dag-brokers 8] [--only loads|dag]
 Results: tables on stdout and .cache/bench/fleet_results.json. See bench/README.md.
@@ -37,9 +38,11 @@ POOL, SLOTS = "rmq_spark", 2
 WORK = ROOT / ".cache" / "bench" / "fleet"
 
 
-def stores(count: int) -> list[tuple[str, Path]]:
+def stores(count: int, *, same: bool = False) -> list[tuple[str, Path]]:
+    """``count`` brokers: the real-broker variants in turn, or (``same``) the first one
+    under ``count`` names, so that N loads do exactly N times the work of one."""
     cache = Path(os.environ.get("RMQ_STORE_CACHE", ROOT / ".cache" / "stores"))
-    return [(f"fleet-{i}", cache / VARIANTS[i % len(VARIANTS)] / "store")
+    return [(f"fleet-{i}", cache / VARIANTS[0 if same else i % len(VARIANTS)] / "store")
             for i in range(count)]
 
 
@@ -52,7 +55,7 @@ def concurrent_loads(count: int) -> dict[str, float]:
     running = [subprocess.Popen([sys.executable, "-m", "jobs", "load", "--broker", name,
                                  "--snapshot-id", "n1", str(store)], cwd=ROOT, env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-               for name, store in stores(count)]
+               for name, store in stores(count, same=True)]
     with TreeSampler([p.pid for p in running]) as sampler:
         failures = [p.stderr.read().decode()[-2000:] for p in running if p.wait() != 0]
         seconds = time.monotonic() - clock
