@@ -27,7 +27,17 @@ from pathlib import Path
 from endpoints import free_port
 
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
-SPARK_JVM = b"org.apache.spark.deploy.SparkSubmit"
+SPARK_SUBMIT = b"org.apache.spark.deploy.SparkSubmit"
+SPARK_LAUNCHER = b"org.apache.spark.launcher.Main"
+
+
+def is_spark_driver(cmdline: bytes) -> bool:
+    """A Spark driver JVM's command line (``java ... SparkSubmit``). Not those of the
+    processes that start one and name the same class as an argument for a moment: the
+    ``spark-class`` shell script, its subshell and the launcher JVM (``launcher.Main``)."""
+    argv = cmdline.split(b"\0")
+    return (Path(argv[0].decode(errors="replace")).name == "java" and SPARK_SUBMIT in argv
+            and SPARK_LAUNCHER not in argv)
 
 
 def local_executor_env(port: int) -> dict[str, str]:
@@ -104,7 +114,10 @@ class TreeSampler:
     def run(self) -> None:
         while not self.done.wait(0.5):
             tree = _descendants(self.roots)
-            jvms = sum(1 for pid in tree if SPARK_JVM in _read(pid, "cmdline"))
+            drivers = {pid for pid in tree if is_spark_driver(_read(pid, "cmdline"))}
+            # A driver starting a process (its Python workers) forks: for a moment the
+            # child is a copy of it, command line included. Not a driver of its own.
+            jvms = sum(1 for pid in drivers if _parent(pid) not in drivers)
             self.peak_spark_jvms = max(self.peak_spark_jvms, jvms)
             self.peak_rss_kib = max(self.peak_rss_kib, sum(_rss_kib(pid) for pid in tree))
 
@@ -114,6 +127,11 @@ def _read(pid: int, name: str) -> bytes:
         return (Path("/proc") / str(pid) / name).read_bytes()
     except OSError:
         return b""
+
+
+def _parent(pid: int) -> int | None:
+    stat = _read(pid, "stat")  # "pid (comm) state ppid ...": comm may hold spaces
+    return int(stat.rsplit(b")", 1)[1].split()[1]) if stat else None
 
 
 def _rss_kib(pid: int) -> int:
@@ -127,10 +145,9 @@ def _descendants(roots: list[int]) -> set[int]:
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
-            stat = _read(int(entry.name), "stat")
-            if stat:  # "pid (comm) state ppid ...": comm may hold spaces, split after it
-                children.setdefault(int(stat.rsplit(b")", 1)[1].split()[1]), []).append(
-                    int(entry.name))
+            parent = _parent(int(entry.name))
+            if parent is not None:
+                children.setdefault(parent, []).append(int(entry.name))
     found, todo = set(roots), list(roots)
     while todo:
         for child in children.get(todo.pop(), []):
