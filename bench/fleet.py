@@ -68,15 +68,8 @@ def concurrent_loads(count: int) -> dict[str, float]:
 def dag_run(count: int) -> dict[str, float]:
     work = WORK / f"dag-{count}"
     shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    config = work / "pipeline.yaml"
-    config.write_text(json.dumps({
-        "schedule": "0 2 29 2 *", "snapshot_root": str(work / "snapshots"),
-        "warehouse": str(work / "warehouse"), "retention_days": 7, "retries": 0,
-        "retry_delay_s": 1, "deliver_alerts": False, "brokers": [], "spark_pool": POOL,
-        "spark_pool_slots": SLOTS, "alerts_config": str(ROOT / "config" / "alerts.yaml")}))
     brokers = [{"name": name, "store": str(store)} for name, store in stores(count)]
-    with deployment(work / "airflow", config, brokers, POOL, SLOTS) as airflow:
+    with deployment(work, brokers, POOL, SLOTS) as airflow:
         run = airflow.run("rmq_nightly", datetime(2026, 11, 24, 2, tzinfo=UTC), 7200)
     if run.state != "success":
         raise SystemExit(f"the DAG run of {count} brokers ended {run.state}: "

@@ -27,6 +27,8 @@ from pathlib import Path
 from endpoints import free_port
 
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
+REPO = Path(__file__).resolve().parent.parent
+NEVER_ON_ITS_OWN = "0 2 29 2 *"  # no slot between the DAG's start date and 2028: only ours
 SPARK_SUBMIT = b"org.apache.spark.deploy.SparkSubmit"
 SPARK_LAUNCHER = b"org.apache.spark.launcher.Main"
 
@@ -38,6 +40,19 @@ def is_spark_driver(cmdline: bytes) -> bool:
     argv = cmdline.split(b"\0")
     return (Path(argv[0].decode(errors="replace")).name == "java" and SPARK_SUBMIT in argv
             and SPARK_LAUNCHER not in argv)
+
+
+def write_pipeline_config(work: Path, pool: str, slots: int) -> Path:
+    """``work/pipeline.yaml``: snapshots and warehouse under ``work``, the Spark pool, no
+    retries, alerts recorded but not delivered, and a schedule that never fires on its own
+    (unpausing a DAG with a daily cron makes the scheduler create today's run too)."""
+    config = work / "pipeline.yaml"
+    config.write_text(json.dumps({
+        "schedule": NEVER_ON_ITS_OWN, "snapshot_root": str(work / "snapshots"),
+        "warehouse": str(work / "warehouse"), "retention_days": 7, "retries": 0,
+        "retry_delay_s": 1, "deliver_alerts": False, "brokers": [], "spark_pool": pool,
+        "spark_pool_slots": slots, "alerts_config": str(REPO / "config" / "alerts.yaml")}))
+    return config
 
 
 def local_executor_env(port: int) -> dict[str, str]:
@@ -113,11 +128,12 @@ class TreeSampler:
 
     def run(self) -> None:
         while not self.done.wait(0.5):
-            tree = _descendants(self.roots)
+            parents = _parents()
+            tree = _descendants(self.roots, parents)
             drivers = {pid for pid in tree if is_spark_driver(_read(pid, "cmdline"))}
             # A driver starting a process (its Python workers) forks: for a moment the
             # child is a copy of it, command line included. Not a driver of its own.
-            jvms = sum(1 for pid in drivers if _parent(pid) not in drivers)
+            jvms = sum(1 for pid in drivers if parents.get(pid) not in drivers)
             self.peak_spark_jvms = max(self.peak_spark_jvms, jvms)
             self.peak_rss_kib = max(self.peak_rss_kib, sum(_rss_kib(pid) for pid in tree))
 
@@ -129,9 +145,14 @@ def _read(pid: int, name: str) -> bytes:
         return b""
 
 
-def _parent(pid: int) -> int | None:
-    stat = _read(pid, "stat")  # "pid (comm) state ppid ...": comm may hold spaces
-    return int(stat.rsplit(b")", 1)[1].split()[1]) if stat else None
+def _parents() -> dict[int, int]:
+    """Every process's parent, from one pass over /proc."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        stat = _read(int(entry.name), "stat") if entry.name.isdigit() else b""
+        if stat:  # "pid (comm) state ppid ...": comm may hold spaces, split after it
+            parents[int(entry.name)] = int(stat.rsplit(b")", 1)[1].split()[1])
+    return parents
 
 
 def _rss_kib(pid: int) -> int:
@@ -141,13 +162,10 @@ def _rss_kib(pid: int) -> int:
     return 0
 
 
-def _descendants(roots: list[int]) -> set[int]:
+def _descendants(roots: list[int], parents: dict[int, int]) -> set[int]:
     children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            parent = _parent(int(entry.name))
-            if parent is not None:
-                children.setdefault(parent, []).append(int(entry.name))
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
     found, todo = set(roots), list(roots)
     while todo:
         for child in children.get(todo.pop(), []):
@@ -245,15 +263,17 @@ def _epoch(text: str | None) -> float | None:
 
 
 @contextmanager
-def deployment(home: Path, pipeline_config: Path, brokers: list[dict], pool: str,
-               slots: int, extra_env: dict[str, str] | None = None) -> Iterator[Deployment]:
-    """A fresh Airflow home with ``rmq_nightly`` unpaused, ``pool`` of ``slots``, the
-    brokers as the ``rmq_brokers`` Variable, and the daemons running."""
+def deployment(work: Path, brokers: list[dict], pool: str, slots: int,
+               extra_env: dict[str, str] | None = None) -> Iterator[Deployment]:
+    """A fresh Airflow home (``work/airflow``) with ``rmq_nightly`` unpaused, ``pool`` of
+    ``slots``, the brokers as the ``rmq_brokers`` Variable, and the daemons running; the
+    pipeline's snapshots and warehouse under ``work`` (see :func:`write_pipeline_config`)."""
+    home = work / "airflow"
     home.mkdir(parents=True, exist_ok=True)
+    pipeline_config = write_pipeline_config(work, pool, slots)
     port = free_port()
-    repo = Path(__file__).resolve().parent.parent
     env = {**os.environ, **local_executor_env(port),
-           "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(repo / "dags"),
+           "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
            "AIRFLOW__CORE__PARALLELISM": "16",

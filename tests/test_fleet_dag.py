@@ -7,7 +7,6 @@ processor and scheduler with the LocalExecutor, each task a process of its own).
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -17,14 +16,12 @@ from deltalake import DeltaTable
 from test_fleet import FLEET
 
 from jobs.lakehouse import tables as T
-from jobs.lakehouse.jars import REPO_ROOT
 from jobs.lakehouse.tables import table_location
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]
 
 
 POOL, SLOTS = "rmq_spark", 2
-NEVER_ON_ITS_OWN = "0 2 29 2 *"  # no slot between the DAG's start date and 2028: only ours
 
 
 def test_a_scheduled_dag_run_of_four_brokers_keeps_to_the_spark_pool(  # type: ignore[no-untyped-def]
@@ -36,15 +33,9 @@ def test_a_scheduled_dag_run_of_four_brokers_keeps_to_the_spark_pool(  # type: i
     any sample (every half second) than it has slots, since a task ends its JVM before it
     gives back its slot.
     """
-    config = tmp_path / "pipeline.yaml"
-    config.write_text(json.dumps({
-        "schedule": NEVER_ON_ITS_OWN, "snapshot_root": str(tmp_path / "snapshots"),
-        "warehouse": str(tmp_path / "warehouse"), "retention_days": 7, "retries": 0,
-        "retry_delay_s": 1, "deliver_alerts": False, "brokers": [], "spark_pool": POOL,
-        "spark_pool_slots": SLOTS, "alerts_config": str(REPO_ROOT / "config/alerts.yaml")}))
     brokers = [{"name": broker, "store": str(broker_stores[variant] / "store")}
                for broker, variant in FLEET.items()]
-    with deployment(tmp_path / "airflow", config, brokers, POOL, SLOTS) as airflow:
+    with deployment(tmp_path, brokers, POOL, SLOTS) as airflow:
         run = airflow.run("rmq_nightly", datetime(2026, 11, 24, 2, tzinfo=UTC), 1800)
         logs = airflow.log_tail("scheduler")
     states = {(t.task_id, t.map_index): t.state for t in run.tasks}
