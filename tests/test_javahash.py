@@ -109,11 +109,11 @@ SPARK_TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=40)
 def test_the_checks_sql_hashes_equal_rmqlib(spark, rows: list[tuple]) -> None:  # type: ignore[no-untyped-def]
     """The reconcile's SQL (the JVM's own String.hashCode through reflect()) gives the
     tagsCode and index keyHash that rmqlib's decoders compute, for any text."""
-    from jobs.check.checks import SQL_FRAGMENTS
+    from jobs.check.checks import index_key_hash_sql, tags_code_sql
 
     frame = spark.createDataFrame(rows, "tags STRING, topic STRING, key STRING")
-    got = frame.selectExpr(
-        f"{SQL_FRAGMENTS['record_tags_code'].replace('m.tags', 'tags')} AS tags_code",
-        f"{SQL_FRAGMENTS['index_key_hash']} AS key_hash").collect()
+    key = "concat(topic, '#', key)"
+    got = frame.selectExpr(f"{tags_code_sql('tags')} AS tags_code",
+                           f"{index_key_hash_sql(key)} AS key_hash").collect()
     assert [(r.tags_code, r.key_hash) for r in got] == [
         (tags_code(tags), index_key_hash(index_key(topic, key))) for tags, topic, key in rows]

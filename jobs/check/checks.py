@@ -539,13 +539,22 @@ CHECKS: tuple[Check, ...] = (
 # IndexFile keyHash of "topic#key" (§5: its absolute value, 0 for Integer.MIN_VALUE).
 # Spark SQL's reflect() keeps the checks free of Python workers; tests/test_javahash.py
 # holds it to rmqlib.common.javahash, which the decoders use.
-JAVA_HASH = "CAST(reflect('java.util.Objects', 'hashCode', {s}) AS INT)"
-_TAGS_HASH = JAVA_HASH.format(s="coalesce(m.tags, '')")
-_KEY_HASH = JAVA_HASH.format(s="concat(topic, '#', key)")
-SQL_FRAGMENTS = {
-    "record_tags_code": f"CAST({_TAGS_HASH} AS BIGINT)",
-    "index_key_hash": f"CASE WHEN {_KEY_HASH} = -2147483648 THEN 0 ELSE abs({_KEY_HASH}) END",
-}
+def java_hash_sql(text: str) -> str:
+    return f"CAST(reflect('java.util.Objects', 'hashCode', {text}) AS INT)"
+
+
+def tags_code_sql(tags: str) -> str:
+    no_tags = "''"
+    return f"CAST({java_hash_sql(f'coalesce({tags}, {no_tags})')} AS BIGINT)"
+
+
+def index_key_hash_sql(key: str) -> str:
+    hashed = java_hash_sql(key)
+    return f"CASE WHEN {hashed} = -2147483648 THEN 0 ELSE abs({hashed}) END"
+
+
+SQL_FRAGMENTS = {"record_tags_code": tags_code_sql("m.tags"),
+                 "index_key_hash": index_key_hash_sql("concat(topic, '#', key)")}
 
 # Derived views the checks share (created and cached by jobs.check.reconcile after jobs.check.lag's
 # rc_lag): each is computed once although several checks read it. Formatted with cl_max and
