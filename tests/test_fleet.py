@@ -25,6 +25,7 @@ from lakehouse import delta_rows
 
 from jobs.check_job import check_snapshot
 from jobs.lakehouse import tables as T
+from jobs.lakehouse.spark_session import DRIVER_MEMORY_ENV
 from jobs.lakehouse.tables import Registry, table_location
 from jobs.load.job import load_snapshot
 from jobs.maintain.maintenance import maintain_tables
@@ -37,6 +38,10 @@ NIGHTS = ("n1", "n2")
 # Columns that say when (or where) a check ran, not what it found.
 RUN_COLUMNS = frozenset({"checked_at", "raised_at", "report_url"})
 
+#: Each broker process's driver heap: four JVMs of the default 4g beside the test lanes' own
+#: sessions once got one OOM-killed on 24 GiB (docs/fleet.md); a load and check of these
+#: stores peaks at 1.9 GiB resident with 1.5 GiB of heap.
+DRIVER_MEMORY = "1536m"
 BARRIER_SECONDS = 900  # the four JVMs start on two cores: generous, it is only a deadlock guard
 BROKER_NIGHT = """
 import json, sys, time
@@ -71,6 +76,7 @@ def decode_at_the_barrier(self, table, *args, **kwargs):
 
 job.SnapshotLoad.decode_into = decode_at_the_barrier
 spark = build_spark_session("fleet-" + broker, warehouse=Path(warehouse))
+stage["max_heap"] = spark._jvm.java.lang.Runtime.getRuntime().maxMemory()
 registry = Registry(spark, warehouse)
 load_snapshot(spark, broker, snapshot_id, store, registry=registry)
 check_snapshot(spark, registry, broker, snapshot_id)
@@ -96,7 +102,8 @@ def night_of_the_fleet(warehouse: Path, night: str, stores: dict[str, Path],
     barrier.mkdir(parents=True)
     running = {}
     for broker, variant in FLEET.items():
-        env = {**os.environ, "RMQ_SPARK_LOG_FILE": str(logs / f"{broker}-{night}-spark.log")}
+        env = {**os.environ, "RMQ_SPARK_LOG_FILE": str(logs / f"{broker}-{night}-spark.log"),
+               DRIVER_MEMORY_ENV: DRIVER_MEMORY}
         out = (logs / f"{broker}-{night}.log").open("w")
         running[broker] = (subprocess.Popen(
             [sys.executable, str(script), str(warehouse), broker, night,
@@ -123,6 +130,8 @@ def test_four_brokers_at_once_equal_four_brokers_one_after_another(  # type: ign
         # first to end had ended (no one ends before all have begun: the barrier)
         assert max(s["began"] for s in stages.values()) < \
             min(s["ended"] for s in stages.values()), stages
+        # each JVM had the heap it was given (RMQ_SPARK_DRIVER_MEMORY), not the default 4g
+        assert all(s["max_heap"] <= 1536 << 20 for s in stages.values()), stages
 
     registry = Registry(spark, serial_warehouse)
     for night in NIGHTS:

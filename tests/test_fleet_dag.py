@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 from airflow_scheduler import deployment
 from deltalake import DeltaTable
-from test_fleet import FLEET
+from test_fleet import DRIVER_MEMORY, FLEET
 
 from jobs.lakehouse import tables as T
+from jobs.lakehouse.spark_session import DRIVER_MEMORY_ENV
 from jobs.lakehouse.tables import table_location
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]
@@ -35,7 +36,8 @@ def test_a_scheduled_dag_run_of_four_brokers_keeps_to_the_spark_pool(  # type: i
     """
     brokers = [{"name": broker, "store": str(broker_stores[variant] / "store")}
                for broker, variant in FLEET.items()]
-    with deployment(tmp_path, brokers, POOL, SLOTS) as airflow:
+    with deployment(tmp_path, brokers, POOL, SLOTS,
+                    extra_env={DRIVER_MEMORY_ENV: DRIVER_MEMORY}) as airflow:
         run = airflow.run("rmq_nightly", datetime(2026, 11, 24, 2, tzinfo=UTC), 1800)
         logs = airflow.log_tail("scheduler")
     states = {(t.task_id, t.map_index): t.state for t in run.tasks}

@@ -21,6 +21,9 @@ from jobs.lakehouse.jars import REPO_ROOT, check_python_agrees, ensure_delta_jar
 from jobs.lakehouse.tables import default_warehouse
 
 DEFAULT_MASTER = "local[2]"
+#: The driver's heap (``spark.driver.memory``) when set; a fleet's pool of N Spark slots
+#: needs N x this (plus ~0.6 GiB per JVM off-heap) free: docs/fleet.md.
+DRIVER_MEMORY_ENV = "RMQ_SPARK_DRIVER_MEMORY"
 DEFAULT_LOG_FILE = REPO_ROOT / ".cache" / "logs" / "spark.log"
 LOG4J_CONFIG = REPO_ROOT / "jvm" / "log4j2.properties"
 
@@ -29,7 +32,8 @@ BASE_CONF: dict[str, str] = {
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     "spark.sql.session.timeZone": "UTC",
     # Driver runs the executors in local mode: 4 GiB leaves most of 24 GiB to the OS,
-    # Python workers and the page cache that decoding relies on.
+    # Python workers and the page cache that decoding relies on. RMQ_SPARK_DRIVER_MEMORY
+    # overrides it (DRIVER_MEMORY_ENV): JVMs alive at once x this must fit the machine.
     "spark.driver.memory": "4g",
     # Small data on 2 cores: a few partitions beat the default 200 by far.
     "spark.sql.shuffle.partitions": "4",
@@ -88,6 +92,8 @@ def build_spark_session(
     # (docker-compose: RMQ_SPARK_DRIVER_HOST=<the Airflow container's name>, bind 0.0.0.0).
     driver = {"spark.driver.host": os.environ.get("RMQ_SPARK_DRIVER_HOST", "127.0.0.1"),
               "spark.driver.bindAddress": os.environ.get("RMQ_SPARK_DRIVER_BIND", "127.0.0.1")}
+    if os.environ.get(DRIVER_MEMORY_ENV):
+        driver["spark.driver.memory"] = os.environ[DRIVER_MEMORY_ENV]
     for key, value in {**BASE_CONF, **driver, **(extra_conf or {})}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
