@@ -103,7 +103,7 @@ def table_stats(warehouse: Path) -> dict[str, dict[str, int]]:
 
 def query_seconds(spark, registry) -> dict[str, float]:  # type: ignore[no-untyped-def]
     """Each saved query, best of 3 in the warm session (collected to the driver)."""
-    from jobs.lakehouse.sql import run_saved
+    from jobs.query.spark_engine import run_saved
 
     params = {"message_by_key": {"key": "order-000000000042"},
               "message_by_msg_id": {"msg_id": f"0A0000011A2B00000000{42:012X}"}}

@@ -3,6 +3,7 @@
     python -m jobs load --broker NAME --snapshot-id ID STORE_DIR [--body-policy full|hash|none]
     python -m jobs check --broker NAME --snapshot-id ID    # reconcile, expectations, report, alert
     python -m jobs sql "SELECT ... FROM rmq.messages"      # or: --saved NAME [-p key=value]
+    python -m jobs sql                                     # an interactive SQL shell
     python -m jobs sql --list                              # the saved queries
     python -m jobs tables                                  # tables, rows, locations
     python -m jobs migrate                                 # tables to this code's contracts
@@ -59,13 +60,20 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--output", type=Path, help="where Data Docs and reports go "
                        "(default <warehouse>/_checks)")
 
-    sql = commands.add_parser("sql", help="run SQL over the tables (rmq.<table>)")
-    sql.add_argument("query", nargs="?", help="SQL text")
+    sql = commands.add_parser("sql", help="run SQL over the tables (rmq.<table>); with no "
+                              "query, an interactive shell")
+    sql.add_argument("query", nargs="?", help="SQL text (none: the interactive shell)")
     sql.add_argument("--saved", help="name of a saved query (see --list)")
     sql.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
                      help="named parameter of the query (:KEY)")
     sql.add_argument("--list", action="store_true", help="list the saved queries")
-    sql.add_argument("--limit", type=int, default=50, help="rows to print (default 50)")
+    sql.add_argument("--engine", choices=("local", "spark"), default="local",
+                     help="local: DataFusion in this process, no JVM (default); spark: a "
+                     "Spark session, for heavy scans and SQL only Spark speaks")
+    sql.add_argument("--format", choices=("table", "csv", "jsonl"), default="table",
+                     help="output format (default table)")
+    sql.add_argument("--limit", type=int, help="rows to print (default: 50 for a table, "
+                     "all for csv and jsonl)")
 
     commands.add_parser("tables", help="list the tables with their row counts")
     maintain = commands.add_parser("maintain", help="compact, vacuum and checkpoint the tables "
@@ -94,10 +102,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK if exit_.code == 0 else EXIT_USAGE
     if args.command == "sql" and args.list:
         return _list_queries()
-    if args.command == "sql" and bool(args.query) == bool(args.saved):
+    if args.command == "sql" and args.query and args.saved:
         print("error: give either SQL text or --saved NAME", file=sys.stderr)
         return EXIT_USAGE
     try:
+        if args.command == "sql":
+            return _sql(args)
         if args.command == "summary":
             return _summary(args)
         return _maintain(args) if args.command == "maintain" else _run(args)
@@ -146,11 +156,11 @@ def _refusals() -> tuple[type[BaseException], ...]:
     from jobs.alerts.evaluation import AlertConfigError
     from jobs.check.views import SnapshotNotLoadedError
     from jobs.lakehouse.migrate import MigrationError
-    from jobs.lakehouse.sql import QueryError
     from jobs.lakehouse.table_versions import ContractVersionError
     from jobs.lakehouse.tables import TableDriftError
     from jobs.load.job import LoadRefusedError
     from jobs.load.plan import StoreWentBackwardsError
+    from jobs.query.saved import QueryError
     from rmqlib.errors import StoreError
 
     return (LoadRefusedError, StoreWentBackwardsError, QueryError, TableDriftError,
@@ -173,8 +183,6 @@ def _run(args: argparse.Namespace) -> int:
             return _load(spark, args)
         if args.command == "check":
             return _check(spark, args)
-        if args.command == "sql":
-            return _sql(spark, args)
         if args.command == "migrate":
             return _migrate(spark)
         return _tables(spark)
@@ -212,7 +220,7 @@ def _load(spark, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-de
                                 progress=progress)
     print(json.dumps(summary_dict(summary), indent=2) if args.json else format_summary(summary))
     for name in args.query:
-        from jobs.lakehouse.sql import run_saved
+        from jobs.query.spark_engine import run_saved
 
         print(f"\nsaved query {name} (python -m jobs sql --saved {name}):")
         run_saved(spark, name).show(20, truncate=40)
@@ -231,19 +239,36 @@ def _check(spark, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-d
     return EXIT_OK if outcome.alert is None else EXIT_ALERT
 
 
-def _sql(spark, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
-    from jobs.lakehouse.sql import QueryError, run_saved, run_sql
+def _sql(args: argparse.Namespace) -> int:
+    """SQL on the chosen engine; the local one starts no JVM and imports no pyspark."""
+    from jobs.lakehouse.tables import default_warehouse
+    from jobs.query.engine import open_engine
+    from jobs.query.output import write_result
+    from jobs.query.saved import QueryError, parse_parameters
+    from jobs.query.shell import SqlShell
 
-    params = {}
-    for item in args.param:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise QueryError(f"parameter {item!r} is not KEY=VALUE")
-        params[key] = value
-    frame = run_saved(spark, args.saved, params) if args.saved else run_sql(
-        spark, args.query, params)
-    frame.show(args.limit, truncate=60)
-    return EXIT_OK
+    warehouse = Path(args.warehouse).resolve() if args.warehouse else default_warehouse()
+    engine = None
+    try:
+        engine = open_engine(args.engine, warehouse, args.master)
+        if not args.query and not args.saved:
+            SqlShell(engine, fmt=args.format, limit=args.limit or 50).run()
+            return EXIT_OK
+        params = parse_parameters(args.param)
+        result = (engine.saved(args.saved, params) if args.saved
+                  else engine.query(args.query, params))
+        limit = args.limit if args.limit is not None or args.format != "table" else 50
+        write_result(result, sys.stdout, args.format, limit)
+        return EXIT_OK
+    except QueryError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_REFUSED
+    except Exception as error:  # one line, not a traceback
+        print(f"internal error: {type(error).__name__}: {_first_line(error)}", file=sys.stderr)
+        return EXIT_INTERNAL
+    finally:
+        if engine is not None:
+            engine.close()
 
 
 def _migrate(spark) -> int:  # type: ignore[no-untyped-def]
@@ -254,7 +279,7 @@ def _migrate(spark) -> int:  # type: ignore[no-untyped-def]
 
 
 def _list_queries() -> int:
-    from jobs.lakehouse.sql import saved_queries
+    from jobs.query.saved import saved_queries
 
     for query in saved_queries().values():
         params = ", ".join(query.parameters) or "no parameters"

@@ -11,8 +11,8 @@ import pytest
 from lakehouse import load
 
 from jobs.lakehouse import tables as T
-from jobs.lakehouse.sql import saved_queries
 from jobs.load.job import LoadOptions
+from jobs.query.saved import saved_queries
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -26,7 +26,7 @@ def test_bad_command_line_exits_2_without_starting_spark() -> None:
     result = run_jobs("load", "--broker", "b", "/nowhere")  # no --snapshot-id
     assert result.returncode == 2
     assert "snapshot-id" in result.stderr
-    result = run_jobs("sql")
+    result = run_jobs("sql", "SELECT 1", "--saved", "message_by_key")
     assert result.returncode == 2
     assert result.stderr.strip() == "error: give either SQL text or --saved NAME"
 
@@ -51,7 +51,6 @@ def test_a_directory_that_is_not_a_store_is_refused_in_one_line(tmp_path: Path) 
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.spark
 def test_a_saved_query_without_its_parameter_is_refused(tmp_path: Path) -> None:
     """(Loads through the CLI, their JSON summary and a saved query after a load are run by
     test_load_faults' killed-driver test, which runs the CLI three times anyway.)"""

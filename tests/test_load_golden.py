@@ -19,7 +19,7 @@ import pytest
 from lakehouse import all_content, canonical, load
 
 from jobs.lakehouse import tables as T
-from jobs.lakehouse.sql import run_saved
+from jobs.query.spark_engine import run_saved
 from rmqlib.checkpoint import read_checkpoint
 from rmqlib.commitlog.records import scan_segment, scan_store
 from rmqlib.common.segments import list_segments

@@ -3,9 +3,14 @@
 -- store times. A side is null when that message is not in the tables (not produced yet, or
 -- deleted by retention before any load).
 -- params: (none)
-WITH latest AS (
-  SELECT broker, max_by(snapshot_id, snapshot_seq) AS snapshot_id
-  FROM rmq.snapshots WHERE status = 'loaded' GROUP BY broker
+WITH loaded AS (
+  SELECT broker, snapshot_id, snapshot_seq FROM rmq.snapshots WHERE status = 'loaded'
+),
+latest AS (
+  SELECT l.broker, l.snapshot_id
+  FROM loaded l
+  JOIN (SELECT broker, max(snapshot_seq) AS snapshot_seq FROM loaded GROUP BY broker) m
+    ON m.broker = l.broker AND m.snapshot_seq = l.snapshot_seq
 ),
 offsets AS (
   SELECT o.* FROM rmq.consumer_offsets o JOIN latest l USING (broker, snapshot_id)

@@ -1,0 +1,205 @@
+"""The query stage (jobs/query/): the in-process engine and Spark give the same rows, the CLI
+answers without a JVM in every output format, and the interactive shell works from a pipe.
+
+The warehouse is the golden one (tests/conftest.py: snapshot s1 of the four real-broker
+stores, one broker each); parameters come from the stores' ground truth.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from jobs.lakehouse import tables as T
+from jobs.query.local_engine import LocalEngine
+from jobs.query.output import json_rows, write_result
+from jobs.query.saved import QueryError, bind_as_literals, saved_queries
+from jobs.query.shell import SqlShell
+from jobs.query.spark_engine import SparkEngine
+
+REPO = Path(__file__).resolve().parent.parent
+#: Text a parameter may hold: anything but lone surrogates (not encodable) and NUL.
+PARAMETER_TEXT = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"),
+                         max_size=40)
+#: The fixtures these properties use are read-only (a warehouse, engines): safe to share.
+FIXTURES_ARE_FINE = [HealthCheck.function_scoped_fixture]
+
+
+def canonical(table: pa.Table) -> list[str]:
+    """A result as a sorted list of JSON rows: what both engines must agree on."""
+    return sorted(json.dumps(row, sort_keys=True) for row in json_rows(table))
+
+
+def truth_message(broker_stores: dict[str, Path]) -> dict:  # type: ignore[type-arg]
+    truth = [json.loads(line) for line in (broker_stores["v5-clean"] / "truth" /
+             "messages.jsonl").read_text().splitlines()]
+    return next(r for r in truth if r["acked"] and len(r["keys"]) > 1
+                and r["storedTopic"] == r["topic"])
+
+
+@pytest.fixture(scope="module")
+def engines(golden, spark):  # type: ignore[no-untyped-def]
+    registry, _ = golden
+    warehouse = Path(registry.warehouse)
+    return LocalEngine(warehouse), SparkEngine(spark, warehouse), warehouse
+
+
+@pytest.mark.spark
+@pytest.mark.broker
+def test_every_saved_query_gives_the_same_rows_on_both_engines(engines, broker_stores):  # type: ignore[no-untyped-def]
+    local, spark, _ = engines
+    sent = truth_message(broker_stores)
+    params = {"message_by_key": {"key": sent["keys"][1]},
+              "message_by_msg_id": {"msg_id": sent["msgId"]}}
+    assert set(params) | {"consumer_positions", "volume_per_topic_hour"} == set(saved_queries())
+    for name in saved_queries():
+        rows = local.saved(name, params.get(name))
+        assert rows.num_rows > 0, name
+        assert canonical(rows) == canonical(spark.saved(name, params.get(name))), name
+    by_key = local.saved("message_by_key", {"key": sent["keys"][1]}).to_pylist()
+    assert sent["msgId"] in {r["msg_id"] for r in by_key if r["broker"] == "v5-clean"}
+
+
+@pytest.mark.spark
+@pytest.mark.broker
+def test_ad_hoc_sql_agrees_across_engines_and_tables(engines):  # type: ignore[no-untyped-def]
+    local, spark, _ = engines
+    assert spark.tables() == local.tables() == list(T.TABLES)  # Spark's registry made them all
+    for sql in ("SELECT broker, topic, count(*) AS n, sum(body_size) AS bytes FROM rmq.messages "
+                "GROUP BY broker, topic",
+                "SELECT broker, kind, count(*) AS n FROM rmq.queue_entries GROUP BY broker, kind",
+                "SELECT * FROM rmq.snapshots",
+                "SELECT broker, group_name, topic, queue_id, consumer_offset "
+                "FROM rmq.consumer_offsets WHERE consumer_offset > 0"):
+        assert canonical(local.query(sql)) == canonical(spark.query(sql)), sql
+    # columns and comments come from the same Delta log
+    local_columns = {c.name: (c.nullable, c.comment) for c in local.columns(T.MESSAGES)}
+    spark_columns = {c.name: (c.nullable, c.comment) for c in spark.columns(T.MESSAGES)}
+    assert local_columns == spark_columns and local_columns["keys"][1]
+
+
+@given(value=PARAMETER_TEXT)
+@settings(max_examples=200, deadline=None, suppress_health_check=FIXTURES_ARE_FINE)
+def test_a_parameter_comes_back_exactly_as_given(tmp_path: Path, value: str) -> None:
+    """A value bound as a literal is data, never SQL: quotes, backslashes, ``--``, ``:x``."""
+    rows = LocalEngine(tmp_path).query("SELECT :v AS v, ':v' AS literal -- :v\n", {"v": value})
+    assert rows.to_pylist() == [{"v": value, "literal": ":v"}]
+
+
+@pytest.mark.spark
+@given(value=PARAMETER_TEXT)
+@settings(max_examples=25, deadline=None, suppress_health_check=FIXTURES_ARE_FINE)
+def test_spark_binds_the_same_parameter_values(engines, value: str) -> None:  # type: ignore[no-untyped-def]
+    local, spark, _ = engines
+    sql = "SELECT :v AS v, length(:v) AS n"
+    assert local.query(sql, {"v": value}).to_pylist() == spark.query(sql, {"v": value}).to_pylist()
+
+
+def test_markers_in_literals_and_comments_stay_and_missing_values_are_refused() -> None:
+    sql = "SELECT ':a', \"x:a\" FROM t WHERE c = :a -- :a\n AND d = :b"
+    assert bind_as_literals(sql, {"a": "1", "b": "it's"}) == \
+        "SELECT ':a', \"x:a\" FROM t WHERE c = '1' -- :a\n AND d = 'it''s'"
+    with pytest.raises(QueryError, match="b"):
+        bind_as_literals(sql, {"a": "1"})
+
+
+def test_results_print_as_table_csv_and_json_lines() -> None:
+    table = pa.table({"topic": ["A", None], "n": [3, 12], "keys": [["k1", "k 2"], []],
+                      "props": pa.array([[("a", "1")], None], pa.map_(pa.string(), pa.string())),
+                      "body": [b"\x00\xff", None]})
+    text = io.StringIO()
+    write_result(table, text, "table")
+    lines = text.getvalue().splitlines()
+    assert lines[0].split(" | ")[0].strip() == "topic" and lines[-1] == "(2 rows)"
+    assert lines[2].split(" | ")[:2] == ["A    ", " 3"]  # text left, numbers right-aligned
+    assert lines[3].split(" | ")[:2] == ["NULL ", "12"]
+    out = io.StringIO()
+    write_result(table, out, "csv")
+    parsed = list(csv.DictReader(io.StringIO(out.getvalue())))
+    assert parsed[0] == {"topic": "A", "n": "3", "keys": '["k1", "k 2"]', "props": '{"a": "1"}',
+                         "body": "AP8="}
+    assert parsed[1]["topic"] == "" and parsed[1]["keys"] == "[]"
+    out = io.StringIO()
+    write_result(table, out, "jsonl", limit=1)
+    assert [json.loads(line) for line in out.getvalue().splitlines()] == [
+        {"topic": "A", "n": 3, "keys": ["k1", "k 2"], "props": {"a": "1"}, "body": "AP8="}]
+
+
+def run_sql_cli(warehouse: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "jobs", "--warehouse", str(warehouse), "sql",
+                           *args], input=stdin, cwd=REPO, text=True, capture_output=True,
+                          timeout=120)
+
+
+@pytest.mark.spark
+@pytest.mark.broker
+def test_the_cli_answers_without_a_jvm_in_every_format(engines):  # type: ignore[no-untyped-def]
+    local, _, warehouse = engines
+    sql = "SELECT broker, count(*) AS n FROM rmq.messages GROUP BY broker ORDER BY broker"
+    expected = local.query(sql).to_pylist()
+    probe = subprocess.run(
+        [sys.executable, "-c", "import runpy, sys; sys.argv = ['jobs', '--warehouse', "
+         f"{str(warehouse)!r}, 'sql', {sql!r}, '--format', 'jsonl']\n"
+         "try:\n    runpy.run_module('jobs', run_name='__main__')\n"
+         "except SystemExit as e:\n    code = e.code\n"
+         "print('STARTED-SPARK' if 'pyspark' in sys.modules else 'NO-SPARK', code)"],
+        cwd=REPO, text=True, capture_output=True, timeout=120)
+    *rows, verdict = probe.stdout.splitlines()
+    assert verdict == "NO-SPARK 0", probe.stderr
+    assert [json.loads(r) for r in rows] == expected
+    as_csv = run_sql_cli(warehouse, sql, "--format", "csv")
+    assert [(r["broker"], int(r["n"])) for r in csv.DictReader(io.StringIO(as_csv.stdout))] == \
+        [(r["broker"], r["n"]) for r in expected]
+    bad = run_sql_cli(warehouse, "SELECT no_such_column FROM rmq.messages")
+    assert bad.returncode == 3 and bad.stderr.startswith("error: ") and \
+        len(bad.stderr.strip().splitlines()) == 1 and "no_such_column" in bad.stderr
+
+
+@pytest.mark.spark
+@pytest.mark.broker
+def test_the_shell_runs_a_script_from_a_pipe(engines, broker_stores):  # type: ignore[no-untyped-def]
+    local, _, warehouse = engines
+    sent = truth_message(broker_stores)
+    script = "\n".join([
+        "\\d", "\\d rmq.snapshots",
+        "SELECT broker, count(*) AS n", "FROM rmq.messages", "GROUP BY broker;",
+        "\\format jsonl", f"\\saved message_by_msg_id msg_id={sent['msgId']}",
+        "SELECT nope FROM rmq.messages;", "\\saved no_such_query", "\\q",
+        "SELECT 'after quit';"])
+    result = run_sql_cli(warehouse, stdin=script + "\n")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout.splitlines()
+    assert [line for line in out if line.startswith("rmq.")][:len(local.tables())] == \
+        [f"rmq.{t}" for t in local.tables()]
+    assert any(line.startswith("snapshot_id ") and "string" in line for line in out)
+    counts = local.query("SELECT broker, count(*) AS n FROM rmq.messages GROUP BY broker")
+    for row in counts.to_pylist():
+        assert any(line.split(" | ")[0].strip() == row["broker"] and
+                   line.split(" | ")[1].strip() == str(row["n"]) for line in out)
+    found = [json.loads(line) for line in out if line.startswith("{")]
+    assert found and {r["msg_id"] for r in found} == {sent["msgId"]}
+    assert sum(line.startswith("error:") for line in out) == 2
+    assert "after quit" not in result.stdout and "rmq=>" not in result.stdout
+
+
+@pytest.mark.spark
+@pytest.mark.broker
+def test_tab_completes_tables_columns_saved_queries_and_commands(engines):  # type: ignore[no-untyped-def]
+    local, _, _ = engines
+    shell = SqlShell(local, out=io.StringIO())
+    assert shell.candidates("rmq.me", "SELECT * FROM rmq.me") == ["rmq.messages"]
+    assert shell.candidates("rmq.con", "SELECT * FROM rmq.con") == sorted(
+        f"rmq.{t}" for t in local.tables() if t.startswith("con"))
+    assert "offset_msg_id" in shell.candidates("off", "SELECT off FROM rmq.messages")
+    assert shell.candidates("message_by", "\\saved message_by") == [
+        "message_by_key", "message_by_msg_id"]
+    assert shell.candidates("\\f", "\\f") == ["\\format"]
