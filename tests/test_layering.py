@@ -46,6 +46,7 @@ RANKS = {
         "alerts": 4,
         "report": 5,
         "maintain": 1,  # reads and compacts tables; needs only the lakehouse layer
+        "query": 1,  # SQL over the tables; needs only the lakehouse layer
         "": 6,  # pipeline, pipeline_config, check_job, run_summary, cli, __main__
     },
 }

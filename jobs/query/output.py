@@ -12,7 +12,7 @@ import base64
 import csv
 import json
 from collections.abc import Iterator
-from datetime import date, datetime, time
+from datetime import UTC, date, datetime, time
 from decimal import Decimal
 from typing import TextIO
 
@@ -76,13 +76,25 @@ def json_rows(table: pa.Table) -> Iterator[dict[str, object]]:
 
 
 def _python_rows(table: pa.Table) -> Iterator[dict[str, object]]:
-    """Rows as Python values, maps as dicts (Arrow gives a map as a list of pairs)."""
+    """Rows as Python values, maps as dicts (Arrow gives a map as a list of pairs).
+
+    Top-level timestamps with a time zone become UTC datetimes here: pyarrow converts a
+    zoned timestamp through pandas, whose import alone costs most of a second."""
     maps = {f.name for f in table.schema if pa.types.is_map(f.type)}
+    zoned = [f.name for f in table.schema
+             if pa.types.is_timestamp(f.type) and f.type.tz is not None]
+    for name in zoned:
+        at = table.schema.get_field_index(name)
+        naive = pa.timestamp(table.schema.field(name).type.unit)  # the UTC wall time
+        table = table.set_column(at, name, table[name].cast(naive))
     for batch in table.to_batches(max_chunksize=4096):
         for row in batch.to_pylist():
             for name in maps:
                 if row[name] is not None:
                     row[name] = dict(row[name])
+            for name in zoned:
+                if row[name] is not None:
+                    row[name] = row[name].replace(tzinfo=UTC)
             yield row
 
 
