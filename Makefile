@@ -21,7 +21,7 @@ RUN_DATE    ?= $(shell date -u +%F)
 SHELL       := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: setup run test lint lock jars stores default-store clean check-tools browser sshd fuzz
+.PHONY: setup run test lint lock jars stores default-store clean check-tools browser sshd fuzz sql-server beeline
 
 ## setup: virtualenv with the locked Python stack + Delta jars from Maven Central
 setup: $(INSTALLED) jars
@@ -82,6 +82,18 @@ $(AIRFLOW_DB): $(INSTALLED)
 	$(AIRFLOW_ENV) $(PY) -c 'from jobs.pipeline_config import load_config; c = load_config(); \
 		print(c.spark_pool, c.spark_pool_slots, "Spark-applications-at-once")' \
 		| xargs env $(AIRFLOW) pools set >/dev/null
+
+## sql-server: serve the warehouse's tables to JDBC clients (BI tools) with the Spark Thrift
+## Server until Ctrl-C: jdbc:hive2://127.0.0.1:$(SQL_PORT)/rmq. `make beeline` connects to it.
+SQL_PORT ?= 10000
+PYSPARK_JARS = $(shell $(PY) -c 'import pyspark, pathlib; print(pathlib.Path(pyspark.__file__).parent / "jars")')
+sql-server: setup
+	$(PY) -m jobs sql-server --port $(SQL_PORT)
+
+## beeline: Hive's Beeline (in pyspark's jars), connected to `make sql-server`
+beeline: setup
+	java -cp "$(PYSPARK_JARS)/*" org.apache.hive.beeline.BeeLine \
+		-u jdbc:hive2://127.0.0.1:$(SQL_PORT)/rmq
 
 ## browser: Debian's Chromium for the tests that open the HTML reports (playwright drives
 ## it; nothing downloads a browser of its own). Installs only when missing (needs root).

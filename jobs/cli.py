@@ -5,6 +5,7 @@
     python -m jobs sql "SELECT ... FROM rmq.messages"      # or: --saved NAME [-p key=value]
     python -m jobs sql                                     # an interactive SQL shell
     python -m jobs sql --list                              # the saved queries
+    python -m jobs sql-server [--host H] [--port P]        # JDBC endpoint (Spark Thrift Server)
     python -m jobs tables                                  # tables, rows, locations
     python -m jobs migrate                                 # tables to this code's contracts
     python -m jobs maintain --broker NAME                  # compact, vacuum, checkpoint (no Spark)
@@ -75,6 +76,12 @@ def _parser() -> argparse.ArgumentParser:
     sql.add_argument("--limit", type=int, help="rows to print (default: 50 for a table, "
                      "all for csv and jsonl)")
 
+    server = commands.add_parser("sql-server", help="serve the tables to JDBC clients (BI "
+                                 "tools, Beeline): the Spark Thrift Server, until Ctrl-C")
+    server.add_argument("--host", default="127.0.0.1", help="address to listen on "
+                        "(default 127.0.0.1; 0.0.0.0 for other hosts)")
+    server.add_argument("--port", type=int, default=10000, help="port (default 10000)")
+
     commands.add_parser("tables", help="list the tables with their row counts")
     maintain = commands.add_parser("maintain", help="compact, vacuum and checkpoint the tables "
                                    "after a broker's night (delta-rs, no Spark)")
@@ -108,6 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "sql":
             return _sql(args)
+        if args.command == "sql-server":
+            return _sql_server(args)
         if args.command == "summary":
             return _summary(args)
         return _maintain(args) if args.command == "maintain" else _run(args)
@@ -269,6 +278,23 @@ def _sql(args: argparse.Namespace) -> int:
     finally:
         if engine is not None:
             engine.close()
+
+
+def _sql_server(args: argparse.Namespace) -> int:
+    from jobs.lakehouse.tables import default_warehouse
+    from jobs.query.sql_server import serve_sql
+
+    warehouse = Path(args.warehouse).resolve() if args.warehouse else default_warehouse()
+
+    def ready(url: str) -> None:
+        print(f"serving the rmq tables of {warehouse} at {url} (Ctrl-C ends it)", flush=True)
+
+    try:
+        serve_sql(warehouse, host=args.host, port=args.port, master=args.master, ready=ready)
+    except Exception as error:  # one line, not a traceback
+        print(f"internal error: {type(error).__name__}: {_first_line(error)}", file=sys.stderr)
+        return EXIT_INTERNAL
+    return EXIT_OK
 
 
 def _migrate(spark) -> int:  # type: ignore[no-untyped-def]

@@ -38,7 +38,7 @@ AIRFLOW_LONG_RUNNING = ("airflow-apiserver", "airflow-scheduler", "airflow-dag-p
                         "airflow-triggerer")
 AIRFLOW_SERVICES = ("airflow-init", *AIRFLOW_LONG_RUNNING)
 SERVICES = {
-    "postgres", *AIRFLOW_SERVICES, "spark-master", "spark-worker",
+    "postgres", *AIRFLOW_SERVICES, "spark-master", "spark-worker", "sql-server",
     "rocketmq-namesrv", "rocketmq-store-init", "rocketmq-broker",
 }
 # Services that mount the live broker store and the shared snapshot / warehouse volumes.
@@ -128,7 +128,7 @@ def test_every_image_is_pinned_to_an_exact_version() -> None:
 def test_project_image_is_built_from_the_dockerfile_at_the_project_version() -> None:
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
     built = {name for name, spec in rendered()["services"].items() if "build" in spec}
-    assert built == {*AIRFLOW_SERVICES, "spark-master", "spark-worker"}
+    assert built == {*AIRFLOW_SERVICES, "spark-master", "spark-worker", "sql-server"}
     for name in built:
         assert service(name)["image"] == f"{PROJECT_IMAGE}:{project['version']}"
         assert Path(service(name)["build"]["context"]) == REPO_ROOT
@@ -358,6 +358,20 @@ def test_spark_cluster_runs_the_project_image() -> None:
     assert int(worker["SPARK_WORKER_CORES"]) <= 2
     memory = worker["SPARK_WORKER_MEMORY"]
     assert memory.endswith("g") and int(memory[:-1]) <= 4
+
+
+def test_sql_server_serves_the_warehouse_on_loopback() -> None:
+    """python -m jobs sql-server in the project image, JDBC port published on 127.0.0.1 only,
+    over the pipeline's warehouse volume at the path the pipeline writes it."""
+    sql = service("sql-server")
+    assert sql["image"] == service("airflow-scheduler")["image"]
+    assert sql["command"] == ["python", "-m", "jobs", "sql-server", "--host", "0.0.0.0",
+                              "--port", "10000"]
+    assert [(p["host_ip"], int(p["published"]), p["target"]) for p in sql["ports"]] == [
+        ("127.0.0.1", 10000, 10000)]
+    (warehouse,) = mounts("sql-server", "rmq-warehouse")
+    assert warehouse["target"] == environment("sql-server")["RMQ_WAREHOUSE"] == \
+        environment("airflow-scheduler")["RMQ_WAREHOUSE"]
 
 
 def test_broker_conf_matches_the_broker_service() -> None:
