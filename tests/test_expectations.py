@@ -28,6 +28,7 @@ from jobs.check.expectations import (
     suite_for,
     suite_name,
 )
+from jobs.check.offline_docs import external_references
 from jobs.lakehouse.contracts import load_contracts
 from jobs.lakehouse.tables import CONSUMER_OFFSETS, TOPICS, Registry
 
@@ -126,25 +127,42 @@ def test_rerun_updates_the_gx_project_instead_of_duplicating_it(clean: Run,
     assert len(results) == 2 * tables  # both runs kept
 
 
-def test_data_docs_list_suites_and_link_to_results(damaged: Run, browser_page) -> None:  # type: ignore[no-untyped-def]
-    """The index's tables are drawn by CDN scripts (absent offline): read their data from
-    the page, then follow a result link; result pages are plain HTML."""
+def test_data_docs_open_offline(damaged: Run, browser_page) -> None:  # type: ignore[no-untyped-def]
+    """Every request but file:// is refused. The index's tables are drawn by
+    bootstrap-table from data in the page: the suite names are visible text only when its
+    scripts ran (a script's source is not text). Then a result page of the damaged run."""
     index = damaged.summary.data_docs_index
+    assert external_references(index.parent) == {}
+    refused = []
+
+    def files_only(route) -> None:  # type: ignore[no-untyped-def]
+        if route.request.url.startswith("file:"):
+            route.continue_()
+        else:
+            refused.append((route.request.resource_type, route.request.url))
+            route.abort()
+
+    browser_page.route("**/*", files_only)
     browser_page.goto(index.as_uri())
-    html = browser_page.content()
+    browser_page.wait_for_load_state("load")
+    text = browser_page.inner_text("body")
     for table in ("messages", "consumer_offsets"):
-        assert f"'expectation_suite_name': '{suite_name(table)}'" in html
+        assert suite_name(table) in text
+    html = browser_page.content()
     links = re.findall(r"'_table_row_link_path': '(validations/[^']+)'", html)
     assert len(links) == 2 * len(damaged.registry.tables)
     # The newest consumer_offsets result: the damaged run, which failed pk_unique.
     link = max(x for x in links if x.startswith(f"validations/{suite_name('consumer_offsets')}"
                                                 .replace(".", "/")))
     browser_page.goto((index.parent / unquote(link)).as_uri())
+    browser_page.wait_for_load_state("load")
     text = browser_page.inner_text("body")
     assert suite_name(CONSUMER_OFFSETS) in text
     assert "Failed" in text
     assert "consumer_offsets.pk_unique" in text
     assert "consumer_offsets.consumer_offset_min" in text
+    # only GX's logo image (a hosted picture, nothing the pages need) asked for the network
+    assert {kind for kind, _ in refused} <= {"image"}, refused
 
 
 def test_sql_rules_become_queries_over_the_batch() -> None:

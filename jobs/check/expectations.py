@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import functools
+import logging
 import re
 import time
 from collections.abc import Iterable, Mapping
@@ -43,6 +44,7 @@ from great_expectations.expectations.metadata_types import FailureSeverity
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from jobs.check.offline_docs import AssetsError, localize_site
 from jobs.lakehouse.contracts import Contract, quote_identifier
 from jobs.lakehouse.tables import LOAD_RUNS, LOAD_STATE, RETENTION_GAPS, Registry
 
@@ -53,6 +55,8 @@ if TYPE_CHECKING:
     )
     from great_expectations.data_context import AbstractDataContext
     from great_expectations.datasource.fluent import SparkDatasource
+
+log = logging.getLogger(__name__)
 
 DATASOURCE = "rmq_lakehouse"
 CHECKPOINT = "rmq_snapshot"
@@ -394,8 +398,19 @@ def run_expectations(spark: SparkSession, registry: Registry, broker: str, snaps
     run_id = RunIdentifier(run_name=_run_name(broker, snapshot_id),
                            run_time=dt.datetime.now(dt.UTC))
     result = checkpoint.run(batch_parameters=frames, run_id=run_id)
-    return _summarize(result.run_results.values(), _docs_index(context),
-                      time.monotonic() - started)
+    index = _docs_index(context)
+    _open_offline(index.parent)
+    return _summarize(result.run_results.values(), index, time.monotonic() - started)
+
+
+def _open_offline(site: Path) -> None:
+    """Rewrite the site's CDN scripts and styles to local copies (jobs.check.offline_docs).
+    Without the assets (never fetched, no registry reachable) the pages keep their CDN
+    links and still open where there is network: a warning, not a failed check."""
+    try:
+        localize_site(site)
+    except AssetsError as error:
+        log.warning("Data Docs keep their CDN links (they need network to render): %s", error)
 
 
 def _run_name(broker: str, snapshot_id: str) -> str:
