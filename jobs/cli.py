@@ -6,7 +6,7 @@
     python -m jobs sql                                     # an interactive SQL shell
     python -m jobs sql --list                              # the saved queries
     python -m jobs sql-server [--host H] [--port P]        # JDBC endpoint (Spark Thrift Server)
-    python -m jobs tables                                  # tables, rows, locations
+    python -m jobs tables                                  # tables: rows, files, size (no Spark)
     python -m jobs migrate                                 # tables to this code's contracts
     python -m jobs maintain --broker NAME                  # compact, vacuum, checkpoint (no Spark)
     python -m jobs summary --snapshot-id ID [--broker NAME] # after a DAG run (no Spark)
@@ -82,7 +82,8 @@ def _parser() -> argparse.ArgumentParser:
                         "(default 127.0.0.1; 0.0.0.0 for other hosts)")
     server.add_argument("--port", type=int, default=10000, help="port (default 10000)")
 
-    commands.add_parser("tables", help="list the tables with their row counts")
+    commands.add_parser("tables", help="list the tables: rows, files, size, location (from "
+                        "the Delta logs, no Spark)")
     maintain = commands.add_parser("maintain", help="compact, vacuum and checkpoint the tables "
                                    "after a broker's night (delta-rs, no Spark)")
     maintain.add_argument("--broker", required=True, help="broker whose partitions to compact")
@@ -117,6 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _sql(args)
         if args.command == "sql-server":
             return _sql_server(args)
+        if args.command == "tables":
+            return _tables(args)
         if args.command == "summary":
             return _summary(args)
         return _maintain(args) if args.command == "maintain" else _run(args)
@@ -192,9 +195,7 @@ def _run(args: argparse.Namespace) -> int:
             return _load(spark, args)
         if args.command == "check":
             return _check(spark, args)
-        if args.command == "migrate":
-            return _migrate(spark)
-        return _tables(spark)
+        return _migrate(spark)
     except refused as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_REFUSED
@@ -313,13 +314,21 @@ def _list_queries() -> int:
     return EXIT_OK
 
 
-def _tables(spark) -> int:  # type: ignore[no-untyped-def]
-    from jobs.lakehouse.tables import Registry
+def _tables(args: argparse.Namespace) -> int:
+    """Each table's rows, files and size from its Delta log (delta-rs): no JVM, no scan."""
+    from jobs.lakehouse.tables import default_warehouse
+    from jobs.query.local_engine import LocalEngine
 
-    registry = Registry(spark).ensure()
-    for name, table in registry.tables.items():
-        print(f"{table.qualified_name:28} {registry.read(name).count():>12,} rows  "
-              f"{table.location}")
+    warehouse = Path(args.warehouse).resolve() if args.warehouse else default_warehouse()
+    engine = LocalEngine(warehouse)
+    names = engine.tables()
+    if not names:
+        print(f"no tables in {warehouse} yet (python -m jobs load creates them)")
+    for name in names:
+        table = engine.files(name)
+        rows = "?" if table.rows is None else f"{table.rows:,}"
+        print(f"rmq.{name:24} {rows:>12} rows {table.files:>6,} files "
+              f"{table.bytes / 2**20:>10.1f} MiB  {table.location}")
     return EXIT_OK
 
 

@@ -205,3 +205,22 @@ def test_tab_completes_tables_columns_saved_queries_and_commands(engines):  # ty
     assert shell.candidates("message_by", "\\saved message_by") == [
         "message_by_key", "message_by_msg_id"]
     assert shell.candidates("\\f", "\\f") == ["\\format"]
+
+
+@pytest.mark.spark
+@pytest.mark.broker
+def test_tables_counts_every_tables_rows_from_its_delta_log(engines, tmp_path):  # type: ignore[no-untyped-def]
+    """``python -m jobs tables`` reads the logs' row counts (no JVM, no scan): each equals
+    count(*) over the table."""
+    local, _, warehouse = engines
+    listed = subprocess.run([sys.executable, "-m", "jobs", "--warehouse", str(warehouse),
+                             "tables"], cwd=REPO, text=True, capture_output=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    rows = {line.split()[0]: int(line.split()[1].replace(",", ""))
+            for line in listed.stdout.splitlines()}
+    assert rows == {f"rmq.{t}": local.query(f"SELECT count(*) AS n FROM rmq.{t}")["n"][0].as_py()
+                    for t in local.tables()}
+    assert rows["rmq.messages"] > 0
+    empty = subprocess.run([sys.executable, "-m", "jobs", "--warehouse", str(tmp_path), "tables"],
+                           cwd=REPO, text=True, capture_output=True, timeout=120)
+    assert empty.returncode == 0 and empty.stdout.startswith("no tables in ")

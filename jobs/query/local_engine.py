@@ -15,6 +15,7 @@ DataFusion has no named parameters: ``:name`` markers are bound as string litera
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -28,6 +29,15 @@ from jobs.query.saved import bind_as_literals, saved_query
 
 #: ``rmq.<table>`` (or ``rmq."<table>"``) anywhere in a query.
 TABLE_REFERENCE = re.compile(r"\brmq\s*\.\s*\"?(\w+)\"?", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class TableFiles:
+    name: str
+    rows: int | None  # None when a file has no row count statistic
+    files: int
+    bytes: int
+    location: Path
 
 
 class LocalEngine:
@@ -45,6 +55,16 @@ class LocalEngine:
         """The lakehouse tables that exist in this warehouse, in the registry's order."""
         return [name for name in T.TABLES
                 if (table_location(self.warehouse, name) / "_delta_log").is_dir()]
+
+    def files(self, table: str) -> TableFiles:
+        """Rows, data files and bytes of ``table``'s current version, from its Delta log
+        alone (each file's ``numRecords`` statistic): nothing is scanned."""
+        actions = pa.RecordBatchReader.from_stream(
+            self._delta_table(table).get_add_actions(flatten=True)).read_all()
+        rows = actions["num_records"].to_pylist() if actions.num_rows else []
+        return TableFiles(table, None if None in rows else sum(rows), actions.num_rows,
+                          sum(actions["size_bytes"].to_pylist()),
+                          table_location(self.warehouse, table))
 
     def columns(self, table: str) -> list[Column]:
         """``table``'s columns as its Delta log records them (type, NOT NULL, comment)."""
