@@ -5,12 +5,15 @@ load is one the project vendors, and the vendored files are the pinned packages'
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import great_expectations
 
 from jobs.check.offline_docs import CDN_FILES, PACKAGES, _localize, ensure_assets
 
+REPO = Path(__file__).resolve().parent.parent
 TEMPLATES = Path(great_expectations.__file__).parent / "render" / "view" / "templates"
 
 
@@ -43,3 +46,20 @@ def test_localizing_rewrites_each_known_tag_and_drops_its_integrity() -> None:
     assert ('<script src="../static/vendor/bootstrap@4.3.1/dist/js/bootstrap.min.js"></script>'
             in localized)
     assert "https://example.org/other.js" in localized and "a link stays" in localized
+
+
+def test_processes_fetching_at_once_all_get_the_complete_assets(tmp_path: Path) -> None:
+    """The first checks on a fresh machine (test lanes, brokers of one night) fetch together."""
+    cache = tmp_path / "assets"
+    fetch = ("import sys; from pathlib import Path; from jobs.check.offline_docs import "
+             "ensure_assets; print(ensure_assets(Path(sys.argv[1])))")
+    running = [subprocess.Popen([sys.executable, "-c", fetch, str(cache)], cwd=REPO, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+               for _ in range(4)]
+    for process in running:
+        out, err = process.communicate(timeout=300)
+        assert process.returncode == 0, err
+        assert out.strip() == str(cache)
+    assert sorted(p.name for p in cache.iterdir()) == sorted(p.folder for p in PACKAGES.values())
+    for name, path in CDN_FILES.values():
+        assert (cache / PACKAGES[name].folder / path).stat().st_size > 0

@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import tarfile
+import tempfile
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,8 +150,11 @@ def _install(package: NpmPackage, target: Path) -> None:
     if actual != expected:
         raise AssetsError(f"{package.tarball_url}: {algorithm} {actual} is not the pinned "
                           f"{expected}")
-    staging = target.with_name(target.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
+    # Checks of several brokers (and the test lanes) may fetch at once: each process fills a
+    # staging folder of its own and renames it into place; a loser finds the winner's.
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f"{target.name}.", suffix=".partial",
+                                    dir=target.parent))
     with tarfile.open(fileobj=io.BytesIO(tarball), mode="r:gz") as archive:
         for member in archive.getmembers():
             path = member.name.removeprefix("package/")
@@ -161,10 +165,17 @@ def _install(package: NpmPackage, target: Path) -> None:
                 destination.write_bytes(archive.extractfile(member).read())  # type: ignore[union-attr]
     missing = [f for f in package.files if not (staging / f).exists()]
     if missing:
+        shutil.rmtree(staging, ignore_errors=True)
         raise AssetsError(f"{package.name}@{package.version} has no {', '.join(missing)}")
     (staging / COMPLETE_MARKER).write_text(package.integrity + "\n")
-    shutil.rmtree(target, ignore_errors=True)
-    staging.rename(target)
+    if target.exists() and not (target / COMPLETE_MARKER).exists():
+        shutil.rmtree(target, ignore_errors=True)  # left by a process that died mid-way
+    try:
+        staging.rename(target)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+        if not (target / COMPLETE_MARKER).exists():
+            raise
 
 
 def localize_site(site: Path, assets: Path | None = None) -> int:
