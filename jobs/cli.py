@@ -148,19 +148,16 @@ def _summary(args: argparse.Namespace) -> int:
 
 
 def _maintain(args: argparse.Namespace) -> int:
-    from jobs.lakehouse.tables import default_warehouse
     from jobs.maintain.maintenance import MaintenanceError, maintain_tables
 
-    warehouse = Path(args.warehouse) if args.warehouse else default_warehouse()
     try:
-        maintain_tables(warehouse.resolve(), args.broker, time_travel_days=args.time_travel_days,
+        maintain_tables(_warehouse(args), args.broker, time_travel_days=args.time_travel_days,
                         progress=print)
     except (MaintenanceError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_REFUSED
     except Exception as error:  # one line, not a traceback
-        print(f"internal error: {type(error).__name__}: {_first_line(error)}", file=sys.stderr)
-        return EXIT_INTERNAL
+        return _internal_error(error)
     return EXIT_OK
 
 
@@ -200,11 +197,23 @@ def _run(args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_REFUSED
     except Exception as error:  # the CLI promises one line, not a traceback
-        print(f"internal error: {type(error).__name__}: {_first_line(error)}", file=sys.stderr)
-        return EXIT_INTERNAL
+        return _internal_error(error)
     finally:
         if spark is not None:
             spark.stop()
+
+
+def _internal_error(error: BaseException) -> int:
+    """The CLI's answer to an unexpected error: one line on stderr, exit 4, no traceback."""
+    print(f"internal error: {type(error).__name__}: {_first_line(error)}", file=sys.stderr)
+    return EXIT_INTERNAL
+
+
+def _warehouse(args: argparse.Namespace) -> Path:
+    """``--warehouse``, else ``$RMQ_WAREHOUSE`` or ``.cache/warehouse``, as an absolute path."""
+    from jobs.lakehouse.tables import default_warehouse
+
+    return (Path(args.warehouse) if args.warehouse else default_warehouse()).resolve()
 
 
 def _first_line(error: BaseException) -> str:
@@ -251,41 +260,37 @@ def _check(spark, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-d
 
 def _sql(args: argparse.Namespace) -> int:
     """SQL on the chosen engine; the local one starts no JVM and imports no pyspark."""
-    from jobs.lakehouse.tables import default_warehouse
     from jobs.query.engine import open_engine
-    from jobs.query.output import write_result
+    from jobs.query.output import TABLE_ROWS, write_result
     from jobs.query.saved import QueryError, parse_parameters
     from jobs.query.shell import SqlShell
 
-    warehouse = Path(args.warehouse).resolve() if args.warehouse else default_warehouse()
     engine = None
     try:
-        engine = open_engine(args.engine, warehouse, args.master)
+        engine = open_engine(args.engine, _warehouse(args), args.master)
         if not args.query and not args.saved:
-            SqlShell(engine, fmt=args.format, limit=args.limit or 50).run()
+            SqlShell(engine, fmt=args.format, limit=args.limit or TABLE_ROWS).run()
             return EXIT_OK
         params = parse_parameters(args.param)
         result = (engine.saved(args.saved, params) if args.saved
                   else engine.query(args.query, params))
-        limit = args.limit if args.limit is not None or args.format != "table" else 50
+        limit = args.limit if args.limit is not None or args.format != "table" else TABLE_ROWS
         write_result(result, sys.stdout, args.format, limit)
         return EXIT_OK
     except QueryError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_REFUSED
     except Exception as error:  # one line, not a traceback
-        print(f"internal error: {type(error).__name__}: {_first_line(error)}", file=sys.stderr)
-        return EXIT_INTERNAL
+        return _internal_error(error)
     finally:
         if engine is not None:
             engine.close()
 
 
 def _sql_server(args: argparse.Namespace) -> int:
-    from jobs.lakehouse.tables import default_warehouse
     from jobs.query.sql_server import serve_sql
 
-    warehouse = Path(args.warehouse).resolve() if args.warehouse else default_warehouse()
+    warehouse = _warehouse(args)
 
     def ready(url: str) -> None:
         print(f"serving the rmq tables of {warehouse} at {url} (Ctrl-C ends it)", flush=True)
@@ -293,8 +298,7 @@ def _sql_server(args: argparse.Namespace) -> int:
     try:
         serve_sql(warehouse, host=args.host, port=args.port, master=args.master, ready=ready)
     except Exception as error:  # one line, not a traceback
-        print(f"internal error: {type(error).__name__}: {_first_line(error)}", file=sys.stderr)
-        return EXIT_INTERNAL
+        return _internal_error(error)
     return EXIT_OK
 
 
@@ -316,19 +320,21 @@ def _list_queries() -> int:
 
 def _tables(args: argparse.Namespace) -> int:
     """Each table's rows, files and size from its Delta log (delta-rs): no JVM, no scan."""
-    from jobs.lakehouse.tables import default_warehouse
     from jobs.query.local_engine import LocalEngine
 
-    warehouse = Path(args.warehouse).resolve() if args.warehouse else default_warehouse()
-    engine = LocalEngine(warehouse)
-    names = engine.tables()
-    if not names:
-        print(f"no tables in {warehouse} yet (python -m jobs load creates them)")
-    for name in names:
-        table = engine.files(name)
-        rows = "?" if table.rows is None else f"{table.rows:,}"
-        print(f"rmq.{name:24} {rows:>12} rows {table.files:>6,} files "
-              f"{table.bytes / 2**20:>10.1f} MiB  {table.location}")
+    warehouse = _warehouse(args)
+    try:
+        engine = LocalEngine(warehouse)
+        names = engine.tables()
+        if not names:
+            print(f"no tables in {warehouse} yet (python -m jobs load creates them)")
+        for name in names:
+            table = engine.files(name)
+            rows = "?" if table.rows is None else f"{table.rows:,}"
+            print(f"rmq.{name:24} {rows:>12} rows {table.files:>6,} files "
+                  f"{table.bytes / 2**20:>10.1f} MiB  {table.location}")
+    except Exception as error:  # one line, not a traceback
+        return _internal_error(error)
     return EXIT_OK
 
 

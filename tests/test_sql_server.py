@@ -27,7 +27,7 @@ from test_query_engines import truth_message
 
 from jobs.lakehouse.spark_session import DRIVER_MEMORY_ENV
 from jobs.query.local_engine import LocalEngine
-from jobs.query.saved import bind_as_literals, saved_queries
+from jobs.query.saved import bind_as_literals, saved_queries, without_comments
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]
 
@@ -58,9 +58,12 @@ def sql_server(golden, tmp_path_factory):  # type: ignore[no-untyped-def]
 
 def beeline(port: int, queries: dict[str, str], work: Path) -> dict[str, list[dict]]:  # type: ignore[type-arg]
     """Run every query through Beeline in one session; each query's rows as dicts."""
+    # Without comments: Beeline's script reader takes a quote in a comment (``broker's``) for
+    # the start of a string and splits the statements wrongly.
     script = work / "queries.sql"
-    script.write_text("".join(f"SELECT '{MARKER}{name}' AS marker;\n{without_comments(sql)};\n"
-                              for name, sql in queries.items()))
+    statements = {name: without_comments(sql).strip().rstrip(";") for name, sql in queries.items()}
+    script.write_text("".join(f"SELECT '{MARKER}{name}' AS marker;\n{sql};\n"
+                              for name, sql in statements.items()))
     done = subprocess.run(
         ["java", "-cp", f"{PYSPARK_JARS}/*", "org.apache.hive.beeline.BeeLine",
          "-u", f"jdbc:hive2://127.0.0.1:{port}/rmq", "--outputformat=tsv2", "--silent=true",
@@ -77,13 +80,6 @@ def beeline(port: int, queries: dict[str, str], work: Path) -> dict[str, list[di
     # tsv2, not csv2: csv2 leaves arrays and maps unquoted, with their commas
     return {name: list(csv.DictReader(io.StringIO("\n".join(lines)), delimiter="\t"))
             for name, lines in results.items()}
-
-
-def without_comments(sql: str) -> str:
-    """The statement without its ``--`` comment lines: Beeline's script reader takes a quote
-    in a comment (``broker's``) for the start of a string and splits statements wrongly."""
-    return "\n".join(line for line in sql.strip().rstrip(";").splitlines()
-                     if not line.lstrip().startswith("--"))
 
 
 def from_beeline(cell: str, kind: pa.DataType) -> object:

@@ -22,6 +22,11 @@ ENGINES = ("local", "spark")
 class SqlError(QueryError):
     """SQL the engine could not plan or run (syntax, unknown table or column, types)."""
 
+    @classmethod
+    def from_engine(cls, error: BaseException) -> SqlError:
+        """The engine's message on one line (DataFusion's and Spark's span several)."""
+        return cls(" ".join(str(error).split()))
+
 
 @dataclass(frozen=True)
 class Column:

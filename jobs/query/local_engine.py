@@ -23,9 +23,10 @@ from deltalake import DeltaTable, QueryBuilder
 from deltalake.exceptions import DeltaError
 
 from jobs.lakehouse import tables as T
+from jobs.lakehouse.driver_rows import exists
 from jobs.lakehouse.tables import table_location
 from jobs.query.engine import Column, SqlError
-from jobs.query.saved import bind_as_literals, saved_query
+from jobs.query.saved import bind_as_literals, saved_statement
 
 #: ``rmq.<table>`` (or ``rmq."<table>"``) anywhere in a query.
 TABLE_REFERENCE = re.compile(r"\brmq\s*\.\s*\"?(\w+)\"?", re.IGNORECASE)
@@ -53,8 +54,7 @@ class LocalEngine:
 
     def tables(self) -> list[str]:
         """The lakehouse tables that exist in this warehouse, in the registry's order."""
-        return [name for name in T.TABLES
-                if (table_location(self.warehouse, name) / "_delta_log").is_dir()]
+        return [name for name in T.TABLES if exists(table_location(self.warehouse, name))]
 
     def files(self, table: str) -> TableFiles:
         """Rows, data files and bytes of ``table``'s current version, from its Delta log
@@ -82,12 +82,11 @@ class LocalEngine:
             # from_stream, not pa.table(): pa.table() asks pandas (1 s to import) first
             return pa.RecordBatchReader.from_stream(self._builder.execute(bound)).read_all()
         except DeltaError as error:
-            raise SqlError(_one_line(error)) from None
+            raise SqlError.from_engine(error) from None
 
     def saved(self, name: str, params: dict[str, str] | None = None) -> pa.Table:
         """The rows of saved query ``name``, its parameters checked first."""
-        query = saved_query(name)
-        return self.query(query.sql, query.checked(params or {}))
+        return self.query(*saved_statement(name, params))
 
     def close(self) -> None:
         """Nothing to give back: DataFusion lives in this process."""
@@ -99,7 +98,7 @@ class LocalEngine:
 
     def _delta_table(self, table: str) -> DeltaTable:
         location = table_location(self.warehouse, table)
-        if not (location / "_delta_log").is_dir():
+        if not exists(location):
             known = ", ".join(self.tables()) or "none yet"
             raise SqlError(f"no table rmq.{table} in {self.warehouse} (tables: {known})")
         return DeltaTable(str(location))
@@ -120,8 +119,3 @@ def _type_name(data_type: object) -> str:
                            for f in data_type.fields)  # type: ignore[attr-defined]
         return f"struct<{fields}>"
     return str(data_type)
-
-
-def _one_line(error: BaseException) -> str:
-    """DataFusion's message without its "Did you mean" continuation lines folded away."""
-    return " ".join(str(error).split())

@@ -19,6 +19,8 @@ from typing import TextIO
 import pyarrow as pa
 
 FORMATS = ("table", "csv", "jsonl")
+#: Rows a text table prints unless told otherwise (csv and jsonl print all).
+TABLE_ROWS = 50
 #: Longest cell the text table prints; longer ones end in an ellipsis.
 CELL_WIDTH = 60
 

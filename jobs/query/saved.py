@@ -29,7 +29,7 @@ class SavedQuery:
 
     @property
     def parameters(self) -> list[str]:
-        return sorted(set(PARAMETER.findall(_without_comments(self.sql))))
+        return sorted(set(PARAMETER.findall(without_comments(self.sql))))
 
     def checked(self, params: dict[str, str]) -> dict[str, str]:
         """``params`` when they are exactly this query's parameters, else a QueryError."""
@@ -41,7 +41,8 @@ class SavedQuery:
         return params
 
 
-def _without_comments(sql: str) -> str:
+def without_comments(sql: str) -> str:
+    """``sql`` without its ``--`` comment lines."""
     return "\n".join(line for line in sql.splitlines() if not line.lstrip().startswith("--"))
 
 
@@ -62,6 +63,12 @@ def saved_query(name: str) -> SavedQuery:
     if name not in queries:
         raise QueryError(f"no saved query {name!r}; known: {', '.join(queries)}")
     return queries[name]
+
+
+def saved_statement(name: str, params: dict[str, str] | None) -> tuple[str, dict[str, str]]:
+    """Saved query ``name``'s SQL and ``params``, checked to be exactly its parameters."""
+    query = saved_query(name)
+    return query.sql, query.checked(params or {})
 
 
 def parse_parameters(items: list[str]) -> dict[str, str]:
@@ -87,7 +94,7 @@ def sql_string_literal(value: str) -> str:
 def bind_as_literals(sql: str, params: dict[str, str]) -> str:
     """``sql`` with each ``:name`` marker outside comments and string literals replaced by
     its value as a string literal, for an engine without named parameters."""
-    unknown = sorted(set(PARAMETER.findall(_without_comments(sql))) - set(params))
+    unknown = sorted(set(PARAMETER.findall(without_comments(sql))) - set(params))
     if unknown:
         raise QueryError(f"no value for parameter(s) {unknown}")
     pieces = _LITERALS_AND_COMMENTS.split(sql)  # text, literal, text, literal, ..., text

@@ -12,14 +12,14 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
 import pyarrow as pa
 
 from jobs.query.engine import Column, Engine
-from jobs.query.output import FORMATS, write_result
+from jobs.query.output import FORMATS, TABLE_ROWS, write_result
 from jobs.query.saved import QueryError, parse_parameters, saved_queries
 
 HELP = """\
@@ -37,20 +37,20 @@ PROMPT, CONTINUED = "rmq=> ", "rmq-> "
 
 class SqlShell:
     def __init__(self, engine: Engine, out: TextIO = sys.stdout, fmt: str = "table",
-                 limit: int | None = 50) -> None:
+                 limit: int | None = TABLE_ROWS) -> None:
         self.engine, self.out, self.fmt, self.limit = engine, out, fmt, limit
         self._buffer: list[str] = []
         self._columns_seen: dict[str, list[str]] = {}
 
     # ---------------------------------------------------------------- the loop
-    def run(self, read_line: Callable[[str], str] | None = None) -> None:
+    def run(self) -> None:
         """Read and handle lines until ``\\q`` or end of input."""
-        interactive = read_line is None and sys.stdin.isatty()
+        interactive = sys.stdin.isatty()
         if interactive:
             _enable_readline(self.complete)
-            print(f"rmq SQL ({getattr(self.engine, 'name', 'sql')} engine). \\? for help, "
+            print(f"rmq SQL ({self.engine.name} engine). \\? for help, "
                   "\\q to quit.", file=self.out)
-        reader = read_line or (input if interactive else _plain_input)
+        reader = input if interactive else _plain_input
         while True:
             try:
                 line = reader(CONTINUED if self._buffer else PROMPT)
@@ -64,14 +64,6 @@ class SqlShell:
                 break
         if interactive:
             _save_history()
-
-    def run_lines(self, lines: Iterable[str]) -> None:
-        """Handle ``lines`` as if typed (for scripts and tests)."""
-        for line in lines:
-            if not self.handle(line):
-                return
-        if self._buffer:
-            self.handle(";")
 
     def handle(self, line: str) -> bool:
         """Handle one input line; False when the shell should end."""

@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from jobs.lakehouse import tables as T
 from jobs.lakehouse.tables import Registry
 from jobs.query.engine import Column, SqlError
-from jobs.query.saved import saved_query
+from jobs.query.saved import saved_statement
 
 
 def run_sql(spark: SparkSession, sql: str, params: dict[str, str] | None = None,
@@ -30,8 +30,8 @@ def run_sql(spark: SparkSession, sql: str, params: dict[str, str] | None = None,
 def run_saved(spark: SparkSession, name: str, params: dict[str, str] | None = None,
               registry: Registry | None = None) -> DataFrame:
     """Run a saved query, checking its parameters first."""
-    query = saved_query(name)
-    return run_sql(spark, query.sql, query.checked(params or {}), registry)
+    sql, checked = saved_statement(name, params)
+    return run_sql(spark, sql, checked, registry)
 
 
 class SparkEngine:
@@ -41,7 +41,7 @@ class SparkEngine:
 
     def __init__(self, spark: SparkSession, warehouse: Path | None = None) -> None:
         self.spark = spark
-        self.registry = Registry(spark, warehouse) if warehouse else Registry(spark)
+        self.registry = Registry(spark, warehouse)
 
     def tables(self) -> list[str]:
         return list(self.registry.ensure().tables)
@@ -57,11 +57,10 @@ class SparkEngine:
         try:
             return run_sql(self.spark, sql, params, self.registry).toArrow()
         except (AnalysisException, ParseException) as error:
-            raise SqlError(" ".join(str(error).split())) from None
+            raise SqlError.from_engine(error) from None
 
     def saved(self, name: str, params: dict[str, str] | None = None) -> pa.Table:
-        query = saved_query(name)
-        return self.query(query.sql, query.checked(params or {}))
+        return self.query(*saved_statement(name, params))
 
     def close(self) -> None:
         self.spark.stop()
