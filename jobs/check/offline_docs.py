@@ -114,8 +114,8 @@ CDN_FILES: dict[str, tuple[str, str]] = {
     "bootstrap-prefers-dark.css":
         ("@forevolve/bootstrap-dark", "dist/css/bootstrap-prefers-dark.css"),
 }
-#: A <script src> or <link href> to anywhere but this site.
-EXTERNAL_ASSET = re.compile(r"""<(?:script|link)\b[^>]*\b(?:src|href)=["'](https?://[^"']+)""")
+#: A <script src> or <link href> to the network: group 2 is the address, group 1 its quote.
+EXTERNAL_ASSET = re.compile(r"""<(?:script|link)\b[^>]*?\b(?:src|href)=(["'])(https?://[^"']+)\1[^>]*>""")
 #: Subresource-integrity attributes: the hashes are the CDN files', and a file:// page cannot
 #: satisfy crossorigin="anonymous" anyway.
 _SRI = re.compile(r"""\s+(?:integrity|crossorigin)=["'][^"']*["']""")
@@ -178,15 +178,26 @@ def _install(package: NpmPackage, target: Path) -> None:
             raise
 
 
-def localize_site(site: Path, assets: Path | None = None) -> int:
-    """Point every page of the Data Docs ``site`` at local copies of its CDN assets; returns
-    how many references were rewritten."""
+def localize_site(site: Path, assets: Path | None = None, *,
+                  built_since: float | None = None) -> int:
+    """Point the pages of the Data Docs ``site`` at local copies of their CDN assets;
+    returns how many references were rewritten.
+
+    A site build writes only its run's pages and the index, and the site keeps every
+    night's pages: with ``built_since`` (epoch seconds) only pages written since then are
+    read, so the cost of a night does not grow with the nights before it. A site without
+    ``static/vendor`` yet (its first localized build) has every page rewritten."""
     source = assets or ensure_assets()
     vendor = site / "static" / "vendor"
+    every_page = built_since is None or not vendor.is_dir()
     for package in PACKAGES.values():
-        shutil.copytree(source / package.folder, vendor / package.folder, dirs_exist_ok=True)
+        if not (vendor / package.folder / COMPLETE_MARKER).exists():  # copied once per site
+            shutil.copytree(source / package.folder, vendor / package.folder,
+                            dirs_exist_ok=True)
     rewritten = 0
     for page in site.rglob("*.html"):
+        if not every_page and page.stat().st_mtime < built_since:  # type: ignore[operator]
+            continue
         text = page.read_text(encoding="utf-8")
         relative = Path(os.path.relpath(vendor, page.parent)).as_posix()
         localized, count = _localize(text, relative)
@@ -199,25 +210,25 @@ def localize_site(site: Path, assets: Path | None = None) -> int:
 def _localize(html: str, vendor: str) -> tuple[str, int]:
     count = 0
 
-    def tag(match: re.Match[str]) -> str:
+    def local(tag: re.Match[str]) -> str:
         nonlocal count
-        text = match.group(0)
-        for url, (name, path) in CDN_FILES.items():
-            quoted = re.search(rf"""(["']){re.escape(url)}\1""", text)
-            if quoted:
-                count += 1
-                local = f"{vendor}/{PACKAGES[name].folder}/{path}"
-                return _SRI.sub("", text.replace(quoted.group(0), f'"{local}"'))
-        return text
+        known = CDN_FILES.get(tag.group(2))
+        if known is None:
+            return tag.group(0)
+        count += 1
+        name, path = known
+        address = f'"{vendor}/{PACKAGES[name].folder}/{path}"'
+        return _SRI.sub("", tag.group(0).replace(tag.group(1) + tag.group(2) + tag.group(1),
+                                                  address))
 
-    return re.sub(r"<(?:script|link)\b[^>]*>", tag, html), count
+    return EXTERNAL_ASSET.sub(local, html), count
 
 
 def external_references(site: Path) -> dict[str, list[str]]:
     """Scripts and stylesheets the site's pages still load from the network, per page."""
     found = {}
     for page in sorted(site.rglob("*.html")):
-        urls = EXTERNAL_ASSET.findall(page.read_text(encoding="utf-8"))
+        urls = [tag.group(2) for tag in EXTERNAL_ASSET.finditer(page.read_text(encoding="utf-8"))]
         if urls:
             found[str(page.relative_to(site))] = urls
     return found
