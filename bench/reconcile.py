@@ -105,9 +105,12 @@ def main() -> None:
     parser.add_argument("--size-mib", type=int, default=1024)
     parser.add_argument("--body", type=int, default=1024)
     parser.add_argument("--cache", default=str(ROOT / ".cache" / "bench"))
+    parser.add_argument("--engine", choices=("spark", "local", "both"), default="both",
+                        help="the check engine(s) to reconcile with, one after the other")
     args = parser.parse_args()
     from load_delta import dataset_dir, prepare_store
 
+    from jobs.check.engines import LocalEngine, SparkEngine
     from jobs.check.reconcile import reconcile_snapshot
     from jobs.lakehouse.spark_session import build_spark_session
     from jobs.lakehouse.tables import Registry
@@ -127,14 +130,19 @@ def main() -> None:
     load = load_snapshot(spark, "bench", "s1", base / "with-queues" / "store",
                          LoadOptions(body_policy="full"), registry=registry)
     load_s = time.perf_counter() - clock
-    clock = time.perf_counter()
-    summary = reconcile_snapshot(spark, registry, "bench", "s1")
-    reconcile_s = time.perf_counter() - clock
+    engines = {"local": lambda: LocalEngine(warehouse),
+               "spark": lambda: SparkEngine(spark, registry)}
+    seconds = {}
+    for name in ("local", "spark") if args.engine == "both" else (args.engine,):
+        clock = time.perf_counter()
+        summary = reconcile_snapshot(engines[name](), registry, "bench", "s1")
+        seconds[name] = round(time.perf_counter() - clock, 1)
     spark.stop()
     result = {
         "body": args.body, "size_mib": args.size_mib, "records": load.results["messages"].rows,
         "units": sum(maxima.values()), "load_s": round(load_s, 2),
-        "reconcile_s": round(reconcile_s, 2), "ratio": round(reconcile_s / load_s, 3),
+        "reconcile_s": seconds,
+        "ratio": {name: round(value / load_s, 3) for name, value in seconds.items()},
         "findings": summary.findings_by_severity, "lag_rows": summary.lag_rows,
         "driver_cpu_s": round(sum(os.times()[:2]) - sum(cpu[:2]), 1),
         "loadavg": os.getloadavg(),

@@ -82,31 +82,42 @@ def _snapshot_id() -> str:
 
 @contextmanager
 def _spark() -> Iterator[Any]:
-    """A SparkSession for one task: master from the ``spark_conn_id`` connection, else
-    ``$RMQ_SPARK_MASTER``, else local.
+    """A SparkSession for one task, started when the task first needs it (a check of a
+    small snapshot runs in process and never does): master from the ``spark_conn_id``
+    connection, else ``$RMQ_SPARK_MASTER``, else local.
 
     Under a scheduler every task is a process of its own: the task ends its Spark
     application (and waits for the driver JVM to exit) before it gives back its pool slot.
     ``make run`` runs every task in one process (``airflow dags test``) and sets
     ``RMQ_SPARK_SHARED_SESSION=1``: its tasks then share one session instead.
     """
-    from jobs.lakehouse.spark_session import build_spark_session, end_spark_application
+    from jobs.lakehouse.spark_session import (
+        SparkOnDemand,
+        build_spark_session,
+        end_spark_application,
+    )
 
-    master = None
-    if CONFIG.spark_conn_id:
-        try:
-            connection = BaseHook.get_connection(CONFIG.spark_conn_id)
-        except Exception:  # an absent connection means: run Spark locally
-            connection = None
-        if connection is not None and connection.host:
-            host = connection.host
-            master = host if "://" in host else f"spark://{host}:{connection.port or 7077}"
-    session = build_spark_session("rmq-nightly", master=master, warehouse=CONFIG.warehouse)
+    on_demand = SparkOnDemand(lambda: build_spark_session(
+        "rmq-nightly", master=_spark_master(), warehouse=CONFIG.warehouse))
     try:
-        yield session
+        yield on_demand
     finally:
-        if os.environ.get("RMQ_SPARK_SHARED_SESSION") != "1":
-            end_spark_application(session)
+        if on_demand.session is not None and os.environ.get("RMQ_SPARK_SHARED_SESSION") != "1":
+            end_spark_application(on_demand.session)
+
+
+def _spark_master() -> str | None:
+    """The ``spark_conn_id`` connection's master URL; None (local) without one."""
+    if not CONFIG.spark_conn_id:
+        return None
+    try:
+        connection = BaseHook.get_connection(CONFIG.spark_conn_id)
+    except Exception:  # an absent connection means: run Spark locally
+        return None
+    if not connection.host:
+        return None
+    host = connection.host
+    return host if "://" in host else f"spark://{host}:{connection.port or 7077}"
 
 
 def _step(call, *args):  # type: ignore[no-untyped-def]

@@ -1,5 +1,8 @@
 """The check job: everything that judges one loaded snapshot, in order.
 
+Reconcile and Great Expectations run on the snapshot's check engine (``jobs.check.engines``):
+in this process for a small broker (no JVM is started), on Spark for a big one.
+
 1. reconcile (``jobs.check.reconcile``): check_results and consumer_lag;
 2. consumer status (``jobs.check.consumer_status``): each group's status over the last N
    snapshots and its catch-up estimate, in consumer_status;
@@ -17,11 +20,10 @@ and the DAG's alert task replaces that with what each channel answered.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-
-from pyspark.sql import SparkSession
 
 from jobs.alerts.evaluation import (
     DEFAULT_CONFIG,
@@ -33,8 +35,10 @@ from jobs.alerts.evaluation import (
     recorded_alert,
 )
 from jobs.check.consumer_status import judge_snapshot
+from jobs.check.engines import AUTO, DEFAULT_LOCAL_MIB, CheckEngine, engine_for
 from jobs.check.expectations import ExpectationsSummary, run_expectations
 from jobs.check.reconcile import ReconcileSummary, reconcile_snapshot
+from jobs.check.views import snapshot_scope
 from jobs.lakehouse import tables as T
 from jobs.lakehouse.tables import Registry
 from jobs.report.pages import write_report
@@ -52,23 +56,30 @@ class CheckOutcome:
     alert: Alert | None
 
 
-def check_snapshot(spark: SparkSession, registry: Registry, broker: str, snapshot_id: str,
-                   *, rules_path: Path = DEFAULT_CONFIG,
-                   output: Path | None = None) -> CheckOutcome:
+def check_snapshot(spark_registry: Callable[[], Registry], warehouse: Path, broker: str,
+                   snapshot_id: str, *, rules_path: Path = DEFAULT_CONFIG,
+                   output: Path | None = None, engine: str = AUTO,
+                   local_up_to_mib: int = DEFAULT_LOCAL_MIB) -> CheckOutcome:
     """Run the five steps for ``snapshot_id`` of ``broker``; idempotent per snapshot.
 
-    ``output`` holds the Data Docs (``gx/<broker>/``) and the reports (``reports/``); default
+    ``spark_registry`` gives the warehouse's Spark registry, called only if the check ``engine``
+    (auto, local or spark; see jobs.check.engines.engine_for) is Spark. ``output`` holds the
+    Data Docs (``gx/<broker>/``) and the reports (``reports/``); default
     ``<warehouse>/_checks``.
     """
     rules = AlertRules.load(rules_path)  # a bad config fails before any Spark job
-    output = output or Path(registry.warehouse) / "_checks"
-    reconciled = reconcile_snapshot(spark, registry, broker, snapshot_id)
+    output = output or Path(warehouse) / "_checks"
+    registry = Registry(None, warehouse)  # driver-side reads and writes (delta-rs)
+    scope = snapshot_scope(registry, broker, snapshot_id)
+    checks: CheckEngine = engine_for(engine, scope.commitlog_bytes, local_up_to_mib,
+                                     registry, spark_registry)
+    reconciled = reconcile_snapshot(checks, registry, broker, snapshot_id)
     statuses = judge_snapshot(registry, broker, snapshot_id, rules.status.settings)
     # One GX project per broker: checks of different brokers run at once, and GX's
     # file-backed project (config, suites, Data Docs index) is not safe to share then.
-    expectations = run_expectations(spark, registry, broker, snapshot_id,
+    expectations = run_expectations(checks, registry, broker, snapshot_id,
                                     output / "gx" / broker)
-    report = write_report(spark, registry, broker, snapshot_id, output / "reports",
+    report = write_report(registry, broker, snapshot_id, output / "reports",
                           expectations.data_docs_index)
     lag_rows = registry.read_rows(T.CONSUMER_LAG, broker=broker, snapshot_id=snapshot_id)
     alert = evaluate(rules, broker, snapshot_id,

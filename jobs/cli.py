@@ -60,6 +60,12 @@ def _parser() -> argparse.ArgumentParser:
                        "(default config/alerts.yaml)")
     check.add_argument("--output", type=Path, help="where Data Docs and reports go "
                        "(default <warehouse>/_checks)")
+    check.add_argument("--engine", choices=("auto", "local", "spark"), default="auto",
+                       help="where reconcile and Great Expectations run: local (DuckDB in "
+                       "this process, no JVM), spark, or auto (default): local up to "
+                       "--local-up-to-mib of commitlog in the snapshot")
+    check.add_argument("--local-up-to-mib", type=int, default=256, metavar="MIB",
+                       help="auto's limit (default 256, as config/pipeline.yaml)")
 
     sql = commands.add_parser("sql", help="run SQL over the tables (rmq.<table>); with no "
                               "query, an interactive shell")
@@ -178,29 +184,27 @@ def _refusals() -> tuple[type[BaseException], ...]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from jobs.lakehouse.spark_session import build_spark_session
+    from jobs.lakehouse.spark_session import SparkOnDemand, build_spark_session
 
     refused = _refusals()
-    spark = None
+    spark = SparkOnDemand(lambda: build_spark_session(
+        f"rmq-{args.command}", master=args.master,
+        warehouse=Path(args.warehouse).resolve() if args.warehouse else None))
     try:
         if args.command == "load":
             _check_store(Path(args.store))  # a wrong path fails in a second, not after Spark
-        spark = build_spark_session(
-            f"rmq-{args.command}", master=args.master,
-            warehouse=Path(args.warehouse).resolve() if args.warehouse else None)
-        if args.command == "load":
-            return _load(spark, args)
+            return _load(spark(), args)
         if args.command == "check":
-            return _check(spark, args)
-        return _migrate(spark)
+            return _check(args, spark)  # a small snapshot's check starts no Spark
+        return _migrate(spark())
     except refused as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_REFUSED
     except Exception as error:  # the CLI promises one line, not a traceback
         return _internal_error(error)
     finally:
-        if spark is not None:
-            spark.stop()
+        if spark.session is not None:
+            spark.session.stop()
 
 
 def _internal_error(error: BaseException) -> int:
@@ -246,14 +250,15 @@ def _load(spark, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-de
     return EXIT_OK
 
 
-def _check(spark, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
+def _check(args: argparse.Namespace, start_spark) -> int:  # type: ignore[no-untyped-def]
     from jobs.alerts.evaluation import DEFAULT_CONFIG
     from jobs.check_job import check_snapshot, format_outcome
     from jobs.lakehouse.tables import Registry
 
-    outcome = check_snapshot(spark, Registry(spark), args.broker, args.snapshot_id,
-                             rules_path=args.alerts_config or DEFAULT_CONFIG,
-                             output=args.output)
+    outcome = check_snapshot(lambda: Registry(start_spark()), _warehouse(args), args.broker,
+                             args.snapshot_id, rules_path=args.alerts_config or DEFAULT_CONFIG,
+                             output=args.output, engine=args.engine,
+                             local_up_to_mib=args.local_up_to_mib)
     print(format_outcome(outcome))
     return EXIT_OK if outcome.alert is None else EXIT_ALERT
 

@@ -102,7 +102,7 @@ def resolve_store(store: str) -> Path:
 # --------------------------------------------------------------------------- load
 
 
-def load_broker(spark: SparkSession, config: PipelineConfig,
+def load_broker(start_spark: Callable[[], SparkSession], config: PipelineConfig,
                 snapshot: dict[str, Any]) -> dict[str, Any]:
     """Load the snapshot into the Delta tables (nothing when it is already loaded)."""
     from jobs.lakehouse.progress import ConsoleProgress
@@ -112,6 +112,7 @@ def load_broker(spark: SparkSession, config: PipelineConfig,
 
     broker, snapshot_id = snapshot["broker"], snapshot["snapshot_id"]
     options = LoadOptions(taken_at=datetime.fromisoformat(snapshot["taken_at"]))
+    spark = start_spark()
     try:
         with ConsoleProgress(spark, stream=_LogLines(broker)) as progress:
             summary = load_snapshot(spark, broker, snapshot_id, snapshot["store"], options,
@@ -148,9 +149,10 @@ def report_page(config: PipelineConfig, broker: str, snapshot_id: str) -> Path:
     return report_path(config.checks_output / "reports", broker, snapshot_id)
 
 
-def check_broker(spark: SparkSession, config: PipelineConfig, loaded: dict[str, Any],
-                 rules_path: Path) -> dict[str, Any]:
-    """Reconcile, Great Expectations, report and alert evaluation for the snapshot.
+def check_broker(start_spark: Callable[[], SparkSession], config: PipelineConfig,
+                 loaded: dict[str, Any], rules_path: Path) -> dict[str, Any]:
+    """Reconcile, Great Expectations, report and alert evaluation for the snapshot, on the
+    config's check engine (``start_spark`` is called only when that is Spark).
 
     Skipped when the load added nothing and the snapshot's report exists: a re-run of the
     same logical date then changes nothing (the report is the check's last artefact)."""
@@ -162,9 +164,11 @@ def check_broker(spark: SparkSession, config: PipelineConfig, loaded: dict[str, 
         log.info("%s: snapshot %s already checked (%s): nothing to do", broker, snapshot_id,
                  page)
         return {**_ids(loaded), "skipped": True, "report": str(page), **_recorded(
-            registry_for(spark, config), broker, snapshot_id)}
-    outcome = check_snapshot(spark, registry_for(spark, config), broker, snapshot_id,
-                             rules_path=rules_path, output=config.checks_output)
+            registry_for(None, config), broker, snapshot_id)}
+    outcome = check_snapshot(lambda: registry_for(start_spark(), config), config.warehouse,
+                             broker, snapshot_id, rules_path=rules_path,
+                             output=config.checks_output, engine=config.check_engine,
+                             local_up_to_mib=config.local_checks_up_to_mib)
     reconcile = outcome.reconcile
     for line in format_outcome(outcome).splitlines():  # the check CLI's one-screen summary
         log.info("%s: %s", broker, line)

@@ -11,6 +11,8 @@ spark_conn_id: rmq_spark         # Airflow connection naming the Spark master; a
 spark_pool: rmq_spark            # Airflow pool of the tasks that start a Spark application
 spark_pool_slots: 2              # ... and its size: Spark applications at once per deployment
 time_travel_days: 7              # maintenance VACUUM keeps every table version this long
+check_engine: auto               # auto: local (DuckDB, no JVM) up to local_checks_up_to_mib
+local_checks_up_to_mib: 256      # ... of commitlog in the store, else spark
 deliver_alerts: true             # false: alerts are recorded and logged, not sent
 alerts_config: config/alerts.yaml  # thresholds, consumer-status window, reminders, channels
 brokers:
@@ -37,6 +39,9 @@ from typing import Any
 import yaml
 
 from jobs.lakehouse.jars import REPO_ROOT
+
+# jobs.check.engines.ENGINES (not imported: reading the config must not import the checks)
+CHECK_ENGINES = ("auto", "local", "spark")
 
 DEFAULT_CONFIG = REPO_ROOT / "config" / "pipeline.yaml"
 BROKER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -77,6 +82,8 @@ class PipelineConfig:
     spark_pool: str = "rmq_spark"
     spark_pool_slots: int = 2
     time_travel_days: float = 7.0
+    check_engine: str = "auto"
+    local_checks_up_to_mib: int = 256
     alerts_config: Path = REPO_ROOT / "config" / "alerts.yaml"
 
     @property
@@ -101,7 +108,8 @@ def load_config(path: str | Path | None = None) -> PipelineConfig:
         raise PipelineConfigError(f"{path}: expected a mapping at the top")
     known = {"schedule", "snapshot_root", "warehouse", "retention_days", "retries",
              "retry_delay_s", "spark_conn_id", "deliver_alerts", "brokers", "alerts_config",
-             "spark_pool", "spark_pool_slots", "time_travel_days"}
+             "spark_pool", "spark_pool_slots", "time_travel_days", "check_engine",
+             "local_checks_up_to_mib"}
     unknown = sorted(set(document) - known)
     if unknown:
         raise PipelineConfigError(f"{path}: unknown key(s) {', '.join(unknown)}")
@@ -127,7 +135,17 @@ def load_config(path: str | Path | None = None) -> PipelineConfig:
         spark_pool=str(document.get("spark_pool") or "rmq_spark"),
         spark_pool_slots=int(_at_least(path, document, "spark_pool_slots", 2, 1)),
         time_travel_days=_at_least(path, document, "time_travel_days", 7, 1),
+        check_engine=_choice(path, document, "check_engine", "auto", CHECK_ENGINES),
+        local_checks_up_to_mib=int(_at_least(path, document, "local_checks_up_to_mib", 256, 0)),
     )
+
+
+def _choice(path: Path, document: dict, key: str, default: str, choices: tuple[str, ...]) -> str:
+    value = str(document.get(key, default))
+    if value not in choices:
+        raise PipelineConfigError(f"{path}: {key} must be one of {', '.join(choices)}, "
+                                  f"not {value!r}")
+    return value
 
 
 def parse_brokers(items: Any, origin: str) -> tuple[BrokerSource, ...]:

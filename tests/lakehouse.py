@@ -63,3 +63,28 @@ def delta_rows(location: str | Path, version: int | None = None,
     return sorted(json.dumps({k: canonical(v) for k, v in row.items() if k not in leave_out},
                              sort_keys=True, default=str)
                   for row in table.to_pyarrow_table().to_pylist())
+
+
+def reconcile_on_both_engines(spark, registry: Registry, broker: str, snapshot_id: str):  # type: ignore[no-untyped-def]
+    """Reconcile with the local engine (DuckDB), then with Spark, and require the very same
+    findings and lag rows (all but the time of the check) and summary; Spark's is returned
+    and its rows stay in the tables."""
+    from jobs.check.engines import LocalEngine, SparkEngine
+    from jobs.check.reconcile import reconcile_snapshot
+    from jobs.lakehouse import tables as T
+
+    def written() -> dict[str, list[str]]:
+        return {name: delta_rows(registry[name].location, leave_out=frozenset({"checked_at"}))
+                for name in (T.CHECK_RESULTS, T.CONSUMER_LAG)}
+
+    local = reconcile_snapshot(LocalEngine(registry.warehouse), registry, broker, snapshot_id)
+    local_rows = written()
+    on_spark = reconcile_snapshot(SparkEngine(spark, registry), registry, broker, snapshot_id)
+    spark_rows = written()
+    for name, rows in local_rows.items():
+        only = sorted(set(rows) ^ set(spark_rows[name]))
+        assert rows == spark_rows[name], f"{name}: " + "\n".join(
+            ("local " if row in rows else "spark ") + row for row in only)
+    assert (local.findings_by_severity, local.lag_by_status) == (
+        on_spark.findings_by_severity, on_spark.lag_by_status)
+    return on_spark

@@ -3,7 +3,9 @@
 One v5-clean load is shared by the module. The clean run must pass every error-severity
 rule; a copy of the warehouse is then damaged through Spark (a duplicate key, an invalid
 enum value, a negative count, plus bad rows of another broker that must not count) and the
-matching rules, and only those, must fail. Data Docs are opened in headless Chromium.
+matching rules, and only those, must fail. Every run validates on both check engines (pandas
+batches in process, then Spark) and requires the same outcome, rule by rule. Data Docs are
+opened in headless Chromium.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from great_expectations.core import ExpectationValidationResult
 from lakehouse import load
 from pyspark.sql import functions as F
 
+from jobs.check.engines import LocalEngine, SparkEngine
 from jobs.check.expectations import (
     ExpectationsSummary,
     gx_context,
@@ -52,9 +55,22 @@ def clean(spark, broker_stores, tmp_path_factory) -> Run:  # type: ignore[no-unt
     warehouse = tmp_path_factory.mktemp("expectations") / "wh"
     registry, _ = load(spark, warehouse, BROKER, SNAPSHOT, broker_stores["v5-clean"] / "store")
     gx_root = warehouse / "_gx"
-    summary = run_expectations(spark, registry, BROKER, SNAPSHOT, gx_root)
+    summary = run_on_both_engines(spark, registry, gx_root)
     print(f"run_expectations on v5-clean: {summary.seconds:.1f} s")
     return Run(registry, gx_root, summary)
+
+
+def run_on_both_engines(spark, registry: Registry, gx_root: Path) -> ExpectationsSummary:  # type: ignore[no-untyped-def]
+    """The snapshot validated on pandas batches, then on Spark: the same rules evaluated,
+    the same ones failed with the same counts; Spark's summary is returned."""
+    local = run_expectations(LocalEngine(Path(registry.warehouse)), registry, BROKER, SNAPSHOT,
+                             gx_root)
+    on_spark = run_expectations(SparkEngine(spark, registry), registry, BROKER, SNAPSHOT,
+                                gx_root)
+    print(f"expectations: local {local.seconds:.1f} s, spark {on_spark.seconds:.1f} s")
+    assert (local.success, local.evaluated) == (on_spark.success, on_spark.evaluated)
+    assert sorted(local.failures) == sorted(on_spark.failures)
+    return on_spark
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +88,7 @@ def damaged(spark, clean, tmp_path_factory) -> Run:  # type: ignore[no-untyped-d
     # Another broker's bad rows are outside the batch: they must not count.
     _append(registry, TOPICS, topic.withColumns({
         "broker": F.lit("other"), "queue_type": F.lit("OtherBrokerCQ")}))
-    summary = run_expectations(spark, registry, BROKER, SNAPSHOT, warehouse / "_gx")
+    summary = run_on_both_engines(spark, registry, warehouse / "_gx")
     return Run(registry, warehouse / "_gx", summary)
 
 
@@ -124,7 +140,8 @@ def test_rerun_updates_the_gx_project_instead_of_duplicating_it(clean: Run,
     assert len(context.validation_definitions.all()) == tables
     assert [c.name for c in context.checkpoints.all()] == ["rmq_snapshot"]
     results = context.validation_results_store.list_keys()
-    assert len(results) == 2 * tables  # both runs kept
+    # Both runs kept, each validated on both engines (four result sets, one definition each).
+    assert len(results) == 4 * tables
 
 
 def test_data_docs_open_offline(damaged: Run, browser_page) -> None:  # type: ignore[no-untyped-def]
@@ -150,7 +167,7 @@ def test_data_docs_open_offline(damaged: Run, browser_page) -> None:  # type: ig
         assert suite_name(table) in text
     html = browser_page.content()
     links = re.findall(r"'_table_row_link_path': '(validations/[^']+)'", html)
-    assert len(links) == 2 * len(damaged.registry.tables)
+    assert len(links) == 4 * len(damaged.registry.tables)  # 2 runs x 2 engines
     # The newest consumer_offsets result: the damaged run, which failed pk_unique.
     link = max(x for x in links if x.startswith(f"validations/{suite_name('consumer_offsets')}"
                                                 .replace(".", "/")))

@@ -216,12 +216,10 @@ def test_directory_dumps_of_every_queue_root_list_every_queue(store) -> None:
 @pytest.fixture(scope="module")
 def loaded(spark, tmp_path_factory, store):  # type: ignore[no-untyped-def]
     """The features store loaded and reconciled as broker ``f``, snapshot ``s1``."""
-    from lakehouse import load
-
-    from jobs.check.reconcile import reconcile_snapshot
+    from lakehouse import load, reconcile_on_both_engines
 
     registry, summary = load(spark, tmp_path_factory.mktemp("features"), "f", "s1", store)
-    reconcile_snapshot(spark, registry, "f", "s1")
+    reconcile_on_both_engines(spark, registry, "f", "s1")
     return registry, summary
 
 

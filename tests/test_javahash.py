@@ -102,18 +102,50 @@ def test_bulk_hashes_equal_scalar_hashes(texts: list[str | None], skip: int) -> 
 SPARK_TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=40)
 
 
+def _hash_queries(java_hash) -> tuple[str, str]:  # type: ignore[no-untyped-def]
+    from jobs.check.checks import index_key_hash_sql, tags_code_sql
+
+    return (tags_code_sql("tags", java_hash),
+            index_key_hash_sql("concat(topic, '#', key)", java_hash))
+
+
+def _expected(rows: list[tuple]) -> list[tuple[int, int]]:
+    return [(tags_code(tags), index_key_hash(index_key(topic, key))) for tags, topic, key in rows]
+
+
 @pytest.mark.spark
 @settings(max_examples=20, deadline=None)
 @given(st.lists(st.tuples(st.one_of(st.none(), SPARK_TEXT), SPARK_TEXT, SPARK_TEXT),
                 min_size=1, max_size=40))
 def test_the_checks_sql_hashes_equal_rmqlib(spark, rows: list[tuple]) -> None:  # type: ignore[no-untyped-def]
-    """The reconcile's SQL (the JVM's own String.hashCode through reflect()) gives the
-    tagsCode and index keyHash that rmqlib's decoders compute, for any text."""
-    from jobs.check.checks import index_key_hash_sql, tags_code_sql
+    """The reconcile's SQL on Spark (the JVM's own String.hashCode through reflect()) gives
+    the tagsCode and index keyHash that rmqlib's decoders compute, for any text."""
+    from jobs.check.engines import SparkEngine
 
+    tags_sql, key_sql = _hash_queries(SparkEngine(spark, None).java_hash)  # type: ignore[arg-type]
     frame = spark.createDataFrame(rows, "tags STRING, topic STRING, key STRING")
-    key = "concat(topic, '#', key)"
-    got = frame.selectExpr(f"{tags_code_sql('tags')} AS tags_code",
-                           f"{index_key_hash_sql(key)} AS key_hash").collect()
-    assert [(r.tags_code, r.key_hash) for r in got] == [
-        (tags_code(tags), index_key_hash(index_key(topic, key))) for tags, topic, key in rows]
+    got = frame.selectExpr(f"{tags_sql} AS tags_code", f"{key_sql} AS key_hash").collect()
+    assert [(r.tags_code, r.key_hash) for r in got] == _expected(rows)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.one_of(st.none(), SPARK_TEXT), SPARK_TEXT, SPARK_TEXT),
+                min_size=1, max_size=40))
+def test_the_local_engines_hashes_equal_rmqlib(tmp_path_factory, rows: list[tuple]) -> None:  # type: ignore[no-untyped-def]
+    """The same SQL on the local engine (DuckDB, translated by sqlglot, rmqlib's vectorised
+    hash as a function) gives the same numbers."""
+    import pyarrow as pa
+
+    from jobs.check.engines import LocalEngine
+
+    engine = LocalEngine(tmp_path_factory.getbasetemp())
+    tags_sql, key_sql = _hash_queries(engine.java_hash)
+    columns = list(zip(*rows, strict=True))
+    engine.connection.register("rows", pa.table(
+        {name: pa.array(values, pa.string()) for name, values in
+         zip(("tags", "topic", "key"), columns, strict=True)}))
+    got = engine.arrow(f"SELECT {tags_sql} AS tags_code, {key_sql} AS key_hash FROM rows")
+    engine.close()
+    # DuckDB keeps the rows' order for a plain projection of one registered table.
+    assert list(zip(got["tags_code"].to_pylist(), got["key_hash"].to_pylist(),
+                    strict=True)) == _expected(rows)

@@ -1,6 +1,7 @@
 """The reconcile job on real-broker stores: lag parity with the broker, clean stores give no
 finding worth a warning, killed stores exactly what an unclean shutdown explains, and
-fault-injected copies exactly the findings their fault causes."""
+fault-injected copies exactly the findings their fault causes. Every reconcile here runs on
+both check engines (DuckDB in process, then Spark) and requires identical rows."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from lakehouse import load
+from lakehouse import load, reconcile_on_both_engines
 
+from jobs.check.engines import SparkEngine
 from jobs.check.reconcile import reconcile_snapshot
 from jobs.check.views import SnapshotNotLoadedError
 from jobs.lakehouse import tables as T
@@ -24,7 +26,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.broker]
 
 def reconciled(spark, warehouse: Path, store: Path):  # type: ignore[no-untyped-def]
     registry, _ = load(spark, warehouse, "b", "s1", store)
-    summary = reconcile_snapshot(spark, registry, "b", "s1")
+    summary = reconcile_on_both_engines(spark, registry, "b", "s1")
     return registry, summary
 
 
@@ -47,7 +49,7 @@ def truth_lines(variant_dir: Path, name: str) -> list[dict]:
 def checked(spark, golden):  # type: ignore[no-untyped-def]
     """The golden warehouse (each variant loaded as broker <variant>), reconciled."""
     registry, _ = golden
-    summaries = {variant: reconcile_snapshot(spark, registry, variant, "s1")
+    summaries = {variant: reconcile_on_both_engines(spark, registry, variant, "s1")
                  for variant in ("v4-clean", "v4-killed", "v5-clean", "v5-killed")}
     return registry, summaries
 
@@ -96,11 +98,11 @@ def test_reconcile_is_idempotent_and_refuses_unloaded_snapshots(spark, checked):
                           .drop("snapshot_taken_at").collect()))
 
     before, findings = content(), registry.read(T.CHECK_RESULTS).count()
-    reconcile_snapshot(spark, registry, "v5-clean", "s1")
+    reconcile_snapshot(SparkEngine(spark, registry), registry, "v5-clean", "s1")
     assert content() == before
     assert registry.read(T.CHECK_RESULTS).count() == findings
     with pytest.raises(SnapshotNotLoadedError, match="never loaded"):
-        reconcile_snapshot(spark, registry, "v5-clean", "s9")
+        reconcile_snapshot(SparkEngine(spark, registry), registry, "v5-clean", "s9")
 
 
 @pytest.mark.parametrize("variant", ["v5-killed", "v4-killed"])

@@ -99,7 +99,7 @@ def reported(spark, broker_stores, tmp_path_factory):  # type: ignore[no-untyped
     docs = root / "data_docs" / "index.html"
     docs.parent.mkdir()
     docs.write_text("<html><title>Data Docs</title></html>")
-    pages = {s: write_report(spark, registry, BROKER, s, root / "reports", docs)
+    pages = {s: write_report(registry, BROKER, s, root / "reports", docs)
              for s in ("s1", "s2")}
     return registry, pages, docs
 
@@ -225,5 +225,5 @@ def test_unknown_or_unsafe_snapshot_is_refused(spark, reported, tmp_path):  # ty
     registry, _, _ = reported
     for snapshot_id in ("s9", "../s1", "index"):
         with pytest.raises(ValueError, match="snapshot"):
-            write_report(spark, registry, BROKER, snapshot_id, tmp_path)
+            write_report(registry, BROKER, snapshot_id, tmp_path)
     assert not any(tmp_path.rglob("*.html"))

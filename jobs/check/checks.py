@@ -11,6 +11,7 @@ snapshot and time and writes them to ``check_results``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from jobs.check.views import SnapshotScope
@@ -34,6 +35,9 @@ QUEUE_SCOPE = "concat('topic=', {t}.topic, ' queue=', {t}.queue_id)"
 GROUP_QUEUE_SCOPE = ("concat('group=', {t}.group_name, ' topic=', {t}.topic, ' queue=', "
                      "{t}.queue_id)")
 SAMPLES = "slice(array_sort(collect_list({c})), 1, 5)"
+# A timestamp as text, the same on both check engines (a cast to string is not: Spark
+# writes "10:05:41.467", DuckDB "10:05:41.467+00"); in UTC, the engines' session zone.
+TIME_TEXT = "date_format({t}, 'yyyy-MM-dd HH:mm:ss')"
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,8 @@ class Check:
     explanation: str = ""
 
     def query(self, scope: SnapshotScope) -> str:
+        checkpoint = (f"TIMESTAMP '{scope.checkpoint_physic_msg_time.isoformat(sep=' ')}'"
+                      if scope.checkpoint_physic_msg_time else "CAST(NULL AS TIMESTAMP)")
         return self.sql.format(
             name=self.name, explanation=sql_string(self.explanation),
             cl_min=scope.commitlog_min_offset, cl_max=scope.commitlog_max_offset,
@@ -56,8 +62,11 @@ class Check:
             builtin=", ".join(f"'{g}'" for g in BUILTIN_GROUPS),
             system_topic=SYSTEM_TOPIC.format(t="f.topic"), no_scope=NO_SCOPE,
             group_queue_scope=GROUP_QUEUE_SCOPE.format(t="f"),
-            checkpoint=(f"TIMESTAMP '{scope.checkpoint_physic_msg_time.isoformat(sep=' ')}'"
-                        if scope.checkpoint_physic_msg_time else "CAST(NULL AS TIMESTAMP)"),
+            checkpoint=checkpoint,
+            checkpoint_text=TIME_TEXT.format(t=checkpoint),
+            newest_text=TIME_TEXT.format(t="max(f.store_time)"),
+            min_delivery=TIME_TEXT.format(t="min(f.delivery_time)"),
+            max_delivery=TIME_TEXT.format(t="max(f.delivery_time)"),
             abort="true" if scope.abort_present else "false",
             taken_at=(f"TIMESTAMP '{scope.taken_at.isoformat(sep=' ')}'" if scope.taken_at
                       else "current_timestamp()"))
@@ -129,8 +138,7 @@ CHECKS: tuple[Check, ...] = (
                {no_scope}, count(*) AS affected,
                'timer messages wait in the wheel until their delivery time' AS expected,
                concat(count(*), ' timer message(s) pending, the next due ',
-                      CAST(min(f.delivery_time) AS STRING), ' UTC, the last ',
-                      CAST(max(f.delivery_time) AS STRING), ' UTC') AS observed,
+                      {min_delivery}, ' UTC, the last ', {max_delivery}, ' UTC') AS observed,
                slice(array_sort(collect_list(f.commitlog_offset)), 1, 5) AS sample_offsets,
                {explanation} AS explanation
         FROM rc_timers f HAVING count(*) > 0""",
@@ -144,7 +152,7 @@ CHECKS: tuple[Check, ...] = (
                'no pending timer message is due more than a minute before the snapshot'
                    AS expected,
                concat(count(*), ' timer message(s) overdue, the oldest due ',
-                      CAST(min(f.delivery_time) AS STRING), ' UTC') AS observed,
+                      {min_delivery}, ' UTC') AS observed,
                slice(array_sort(collect_list(f.commitlog_offset)), 1, 5) AS sample_offsets,
                {explanation} AS explanation
         FROM rc_timers f
@@ -258,7 +266,7 @@ CHECKS: tuple[Check, ...] = (
                f.topic, f.queue_id, CAST(NULL AS STRING) AS group_name,
                count(*) AS affected,
                'commitlog offsets strictly increase with the queue offset' AS expected,
-               concat(count(*), ' unit(s) point at or before the previous unit''s record')
+               concat(count(*), ' unit(s) point at or before the previous unit\\'s record')
                    AS observed,
                {samples_q} AS sample_offsets,
                {explanation} AS explanation
@@ -431,7 +439,7 @@ CHECKS: tuple[Check, ...] = (
     Check("record_without_index_entry", "§5, §8.11", """
         SELECT '{name}' AS check_name, 'warning' AS severity, 'broker' AS scope,
                {no_scope}, count(DISTINCT f.physical_offset) AS affected,
-               'every key and UNIQ_KEY of a record up to the index''s newest entry is indexed'
+               'every key and UNIQ_KEY of a record up to the index\\'s newest entry is indexed'
                    AS expected,
                concat(count(DISTINCT f.physical_offset), ' record(s) with ', count(*),
                       ' key(s) missing from the index') AS observed,
@@ -501,10 +509,11 @@ CHECKS: tuple[Check, ...] = (
                {no_scope},
                CAST(greatest(1, (unix_millis({checkpoint}) - unix_millis(max(f.store_time)))
                             DIV 1000) AS BIGINT) AS affected,
-               concat('newest record stored at or after the checkpoint time ', {checkpoint})
-                   AS expected,
-               concat('newest record stored at ', max(f.store_time), ', ',
-                      (unix_millis({checkpoint}) - unix_millis(max(f.store_time))) / 1000.0,
+               concat('newest record stored at or after the checkpoint time ',
+                      {checkpoint_text}, ' UTC') AS expected,
+               concat('newest record stored at ', {newest_text}, ' UTC, ',
+                      CAST((unix_millis({checkpoint}) - unix_millis(max(f.store_time))) / 1000.0
+                           AS DECIMAL(20, 3)),
                       ' s earlier') AS observed,
                array(max(f.physical_offset)) AS sample_offsets,
                {explanation} AS explanation
@@ -534,31 +543,29 @@ CHECKS: tuple[Check, ...] = (
         )),
 )
 
-# Java's String.hashCode, by the JVM itself (java.util.Objects.hashCode(s) is s.hashCode(),
-# 0 for null): the consume queue's tagsCode of TAGS (spec §4.3, 0 without tags) and the
-# IndexFile keyHash of "topic#key" (§5: its absolute value, 0 for Integer.MIN_VALUE).
-# Spark SQL's reflect() keeps the checks free of Python workers; tests/test_javahash.py
-# holds it to rmqlib.common.javahash, which the decoders use.
-def java_hash_sql(text: str) -> str:
-    return f"CAST(reflect('java.util.Objects', 'hashCode', {text}) AS INT)"
-
-
-def tags_code_sql(tags: str) -> str:
+# The consume queue's tagsCode of TAGS (spec §4.3, 0 without tags) and the IndexFile keyHash
+# of "topic#key" (§5: the absolute value of Java's String.hashCode, 0 for
+# Integer.MIN_VALUE), given the engine's SQL for String.hashCode (CheckEngine.java_hash;
+# tests/test_javahash.py holds both engines to rmqlib.common.javahash).
+def tags_code_sql(tags: str, java_hash: Callable[[str], str]) -> str:
     no_tags = "''"
-    return f"CAST({java_hash_sql(f'coalesce({tags}, {no_tags})')} AS BIGINT)"
+    return f"CAST({java_hash(f'coalesce({tags}, {no_tags})')} AS BIGINT)"
 
 
-def index_key_hash_sql(key: str) -> str:
-    hashed = java_hash_sql(key)
+def index_key_hash_sql(key: str, java_hash: Callable[[str], str]) -> str:
+    hashed = java_hash(key)
     return f"CASE WHEN {hashed} = -2147483648 THEN 0 ELSE abs({hashed}) END"
 
 
-SQL_FRAGMENTS = {"record_tags_code": tags_code_sql("m.tags"),
-                 "index_key_hash": index_key_hash_sql("concat(topic, '#', key)")}
+def sql_fragments(java_hash: Callable[[str], str]) -> dict[str, str]:
+    """The engine-specific pieces DERIVED_VIEWS are formatted with."""
+    return {"record_tags_code": tags_code_sql("m.tags", java_hash),
+            "index_key_hash": index_key_hash_sql("concat(topic, '#', key)", java_hash)}
+
 
 # Derived views the checks share (created and cached by jobs.check.reconcile after jobs.check.lag's
 # rc_lag): each is computed once although several checks read it. Formatted with cl_max and
-# SQL_FRAGMENTS.
+# sql_fragments().
 DERIVED_VIEWS = {
     # units joined with the records they point at, and what each should be
     "rc_unit_vs_record": """

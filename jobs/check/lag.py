@@ -13,12 +13,11 @@ into a negative lag:
   above_max   the offset is past the last message written
   no_queue    an offset for a queue the store has no units for and topics.json does not list
 
-Runs as one Spark SQL query over the views of :mod:`jobs.check.views`.
+One Spark SQL query over the views of :mod:`jobs.check.views`, run by a check engine
+(:mod:`jobs.check.engines`).
 """
 
 from __future__ import annotations
-
-from pyspark.sql import DataFrame, SparkSession
 
 from jobs.check.checks import SYSTEM_TOPIC
 from jobs.check.views import SnapshotScope
@@ -33,11 +32,11 @@ TOPIC_KIND_SQL = """
 TOPIC_KIND = TOPIC_KIND_SQL.format(t="m.topic", system=SYSTEM_TOPIC.format(t="m.topic"))
 
 
-def consumer_lag(spark: SparkSession, scope: SnapshotScope) -> DataFrame:
-    """Rows of the ``consumer_lag`` table for ``scope`` (contract column order)."""
+def consumer_lag_sql(scope: SnapshotScope) -> str:
+    """The query of the ``consumer_lag`` rows of ``scope`` (contract column order)."""
     taken_at = (f"TIMESTAMP '{scope.taken_at.isoformat(sep=' ')}'" if scope.taken_at
                 else "CAST(NULL AS TIMESTAMP)")
-    return spark.sql(f"""
+    return f"""
         WITH offsets AS (
             SELECT group_name, topic, queue_id, consumer_offset FROM rc_offsets),
         listed AS (  -- queue ids the broker iterates for a topic: 0 .. readQueueNums - 1
@@ -111,4 +110,4 @@ def consumer_lag(spark: SparkSession, scope: SnapshotScope) -> DataFrame:
         LEFT JOIN last_consumed lc USING (group_name, topic, queue_id)
         LEFT JOIN rc_msg oldest ON oldest.physical_offset = x.oldest_offset
         LEFT JOIN rc_msg last ON last.physical_offset = lc.last_offset
-    """)
+    """

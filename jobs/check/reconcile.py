@@ -1,10 +1,10 @@
 """The reconcile job: check one loaded snapshot and compute its consumer lag.
 
 Reads only the Delta tables (never the store), runs every check of :mod:`jobs.check.checks` and
-the lag of :mod:`jobs.check.lag` as Spark SQL over the snapshot's views
-(:mod:`jobs.check.views`), and replaces that snapshot's rows of ``check_results`` and
-``consumer_lag`` (replaced where broker and snapshot match: re-running gives the same
-tables). Only the findings' counts per severity come back to the driver.
+the lag of :mod:`jobs.check.lag` as SQL over the snapshot's views (:mod:`jobs.check.views`)
+in a check engine (:mod:`jobs.check.engines`: Spark, or DuckDB in this process), and
+replaces that snapshot's rows of ``check_results`` and ``consumer_lag`` (replaced where
+broker and snapshot match: re-running gives the same tables).
 """
 
 from __future__ import annotations
@@ -13,16 +13,14 @@ import logging
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import reduce
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+import pyarrow as pa
 
-from jobs.check.checks import CHECKS, DERIVED_VIEWS, FINDING_COLUMNS, SQL_FRAGMENTS
-from jobs.check.lag import consumer_lag
-from jobs.check.views import SnapshotScope, create_views, drop_views, snapshot_scope
+from jobs.check.checks import CHECKS, DERIVED_VIEWS, FINDING_COLUMNS, sql_fragments
+from jobs.check.engines import CheckEngine
+from jobs.check.lag import consumer_lag_sql
+from jobs.check.views import SnapshotScope, create_views, snapshot_scope
 from jobs.lakehouse import tables as T
-from jobs.lakehouse.delta_io import conform
 from jobs.lakehouse.tables import Registry
 
 log = logging.getLogger(__name__)
@@ -42,50 +40,42 @@ class ReconcileSummary:
         return self.findings_by_severity.get("error", 0)
 
 
-def findings(spark: SparkSession, scope: SnapshotScope) -> DataFrame:
-    """Every check's findings for ``scope`` as one DataFrame of ``check_results`` rows."""
-    parts = [spark.sql(check.query(scope)).select(*FINDING_COLUMNS) for check in CHECKS]
-    union = reduce(DataFrame.unionByName, parts)
-    return union.select(
-        F.lit(scope.broker).alias("broker"), F.lit(scope.snapshot_id).alias("snapshot_id"),
-        *FINDING_COLUMNS, F.current_timestamp().alias("checked_at"))
+def findings_sql(scope: SnapshotScope) -> str:
+    """Every check's findings for ``scope`` in one query (``FINDING_COLUMNS``)."""
+    columns = ", ".join(FINDING_COLUMNS)
+    return "\nUNION ALL\n".join(f"SELECT {columns} FROM ({check.query(scope)}) {check.name}"
+                                 for check in CHECKS)
 
 
-def reconcile_snapshot(spark: SparkSession, registry: Registry, broker: str,
+def reconcile_snapshot(engine: CheckEngine, registry: Registry, broker: str,
                        snapshot_id: str) -> ReconcileSummary:
-    """Check ``snapshot_id`` of ``broker`` and write its findings and consumer lag."""
+    """Check ``snapshot_id`` of ``broker`` in ``engine`` and write its findings and lag."""
     clock = time.monotonic()
     scope = snapshot_scope(registry, broker, snapshot_id)
-    create_views(spark, registry, scope)
-    lag = consumer_lag(spark, scope).localCheckpoint()  # computed once, used twice
-    lag.createOrReplaceTempView("rc_lag")
-    derived = []
+    create_views(engine, scope)
+    engine.create_view("rc_lag", consumer_lag_sql(scope), cached=True)  # used twice
+    fragments = sql_fragments(engine.java_hash)
     for name, query in DERIVED_VIEWS.items():
-        frame = spark.sql(query.format(cl_max=scope.commitlog_max_offset,
-                                         **SQL_FRAGMENTS)).persist()
-        frame.createOrReplaceTempView(name)
-        derived.append(frame)
-    # A few rows per queue and per finding: written from the driver (delta-rs), not as
-    # two more Spark writes.
-    for table, frame in ((T.CONSUMER_LAG, lag), (T.CHECK_RESULTS, findings(spark, scope))):
-        registry.replace_rows(table, conform(frame, registry[table].contract).toArrow(),
-                              broker=broker, snapshot_id=snapshot_id)
-    drop_views(spark)
-    for frame in [lag, *derived]:
-        frame.unpersist()
+        engine.create_view(name, query.format(cl_max=scope.commitlog_max_offset, **fragments),
+                           cached=True)
+    lag = engine.arrow("SELECT * FROM rc_lag")
+    found = engine.arrow(findings_sql(scope))
+    engine.close()
+    checked_at = pa.array([datetime.now(UTC)] * found.num_rows, pa.timestamp("us", "UTC"))
+    found = (found.append_column("broker", pa.array([broker] * found.num_rows, pa.string()))
+             .append_column("snapshot_id", pa.array([snapshot_id] * found.num_rows, pa.string()))
+             .append_column("checked_at", checked_at))
+    # A few rows per queue and per finding: written from the driver (delta-rs).
+    for table, rows in ((T.CONSUMER_LAG, lag), (T.CHECK_RESULTS, found)):
+        registry.replace_rows(table, rows, broker=broker, snapshot_id=snapshot_id)
     summary = ReconcileSummary(broker, snapshot_id)
-    written = registry.read_rows(T.CHECK_RESULTS, broker=broker, snapshot_id=snapshot_id)
-    for row in written:
-        severity = str(row["severity"])
-        summary.findings_by_severity[severity] = summary.findings_by_severity.get(severity,
-                                                                                  0) + 1
-    lag_rows = registry.read_rows(T.CONSUMER_LAG, broker=broker, snapshot_id=snapshot_id)
-    summary.lag_rows = len(lag_rows)
-    for row in lag_rows:
-        status = str(row["status"])
+    for severity in found["severity"].to_pylist():
+        summary.findings_by_severity[severity] = summary.findings_by_severity.get(severity, 0) + 1
+    summary.lag_rows = lag.num_rows
+    for status in lag["status"].to_pylist():
         summary.lag_by_status[status] = summary.lag_by_status.get(status, 0) + 1
     summary.seconds = time.monotonic() - clock
-    log.info("reconciled %s/%s at %s: findings %s, lag rows %s in %.1f s", broker,
-             snapshot_id, datetime.now(UTC).isoformat(timespec="seconds"),
+    log.info("reconciled %s/%s at %s with %s: findings %s, lag rows %s in %.1f s", broker,
+             snapshot_id, datetime.now(UTC).isoformat(timespec="seconds"), engine.name,
              summary.findings_by_severity, summary.lag_by_status, summary.seconds)
     return summary

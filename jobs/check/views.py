@@ -1,12 +1,12 @@
-"""One snapshot of one broker as Spark temp views over the Delta tables.
+"""One snapshot of one broker as views over the Delta tables, in a check engine.
 
 The fact tables keep every row any load ever saw (history beyond the broker's retention),
 so "the store at snapshot S" has to be cut out of them: rows first seen in S or an earlier
 snapshot of the broker, and for the commitlog only offsets the store still held at S
 ([commitlog_min_offset, commitlog_max_offset) of the snapshot row). State tables are
 simply the rows of S. The checks (``jobs.check.checks``) and the lag
-(``jobs.check.lag``) are SQL over these views; nothing is collected to the driver but the
-one snapshot row.
+(``jobs.check.lag``) are SQL over these views, in Spark or DuckDB
+(``jobs.check.engines``).
 
 Views (``rc_`` = reconcile):
   rc_msg      records in the store at S
@@ -22,8 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from pyspark.sql import SparkSession
-
+from jobs.check.engines import CheckEngine
 from jobs.lakehouse import tables as T
 from jobs.lakehouse.delta_io import sql_string
 from jobs.lakehouse.tables import Registry
@@ -46,6 +45,11 @@ class SnapshotScope:
     abort_present: bool
     checkpoint_physic_msg_time: datetime | None
     visible_snapshot_ids: tuple[str, ...]  # this snapshot and the broker's earlier ones
+
+    @property
+    def commitlog_bytes(self) -> int:
+        """How much commitlog the store held at the snapshot."""
+        return self.commitlog_max_offset - self.commitlog_min_offset
 
     @property
     def broker_sql(self) -> str:
@@ -79,13 +83,16 @@ def snapshot_scope(registry: Registry, broker: str, snapshot_id: str) -> Snapsho
 # --------------------------------------------------------------------------- views
 
 
-def create_views(spark: SparkSession, registry: Registry, scope: SnapshotScope) -> None:
-    """(Re)create the ``rc_*`` temp views of ``scope`` in this session."""
-    for name in (T.MESSAGES, T.QUEUE_ENTRIES, T.INDEX_ENTRIES, T.TOPICS,
-                 T.SUBSCRIPTION_GROUPS, T.CONSUMER_OFFSETS, T.DELAY_OFFSETS,
-                 T.PENDING_TIMERS, T.QUARANTINE,
-                 T.RETENTION_GAPS, T.SNAPSHOTS):
-        registry.read(name).createOrReplaceTempView(f"rc_all_{name}")
+# The tables the views read, each as ``rc_all_<table>``.
+SOURCES = (T.MESSAGES, T.QUEUE_ENTRIES, T.INDEX_ENTRIES, T.TOPICS, T.SUBSCRIPTION_GROUPS,
+           T.CONSUMER_OFFSETS, T.DELAY_OFFSETS, T.PENDING_TIMERS, T.QUARANTINE,
+           T.RETENTION_GAPS)
+
+
+def create_views(engine: CheckEngine, scope: SnapshotScope) -> None:
+    """(Re)create the ``rc_*`` views of ``scope`` in ``engine``."""
+    for name in SOURCES:
+        engine.register(f"rc_all_{name}", name)
     b, s, visible = scope.broker_sql, scope.snapshot_sql, scope.visible_sql
     cl_min, cl_max = scope.commitlog_min_offset, scope.commitlog_max_offset
     views = {
@@ -128,17 +135,7 @@ def create_views(spark: SparkSession, registry: Registry, scope: SnapshotScope) 
             SELECT * FROM rc_all_retention_gaps WHERE broker = {b} AND snapshot_id = {s}""",
     }
     for name, query in views.items():
-        df = spark.sql(query)
-        if name in CACHED:
-            df = df.persist()
-        df.createOrReplaceTempView(name)
-
-
-def drop_views(spark: SparkSession) -> None:
-    """Release the cached views (the session may go on to other work)."""
-    for name in CACHED:
-        if spark.catalog.tableExists(name):
-            spark.table(name).unpersist()
+        engine.create_view(name, query, cached=name in CACHED)
 
 
 # Read by most checks: kept in memory for the run (rc_msg without bodies: small).

@@ -39,12 +39,17 @@ def exists(location: str | Path) -> bool:
 def read_rows(location: str | Path, **equal: object) -> list[dict[str, object]]:
     """Rows of a Delta table matching ``column=value`` filters; [] when the table was
     never created (no round trips just to learn that)."""
-    from deltalake import DeltaTable
-
     if not exists(location):
         return []
+    return read_arrow(location, **equal).to_pylist()
+
+
+def read_arrow(location: str | Path, **equal: object) -> pa.Table:
+    """The rows of an existing Delta table matching ``column=value`` filters, as Arrow."""
+    from deltalake import DeltaTable
+
     filters = [(column, "=", value) for column, value in equal.items()] or None
-    return DeltaTable(str(location)).to_pyarrow_table(filters=filters).to_pylist()
+    return DeltaTable(str(location)).to_pyarrow_table(filters=filters)
 
 
 def arrow_rows(contract: Contract, rows: Rows) -> pa.Table:

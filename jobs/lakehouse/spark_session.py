@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -144,3 +144,22 @@ def end_spark_application(session: SparkSession, *, timeout_s: float = 120.0) ->
         process.wait()
     SparkContext._gateway = None
     SparkContext._jvm = None
+
+
+class SparkOnDemand:
+    """A SparkSession started on first call, for steps that may not need one: a check of a
+    small snapshot runs in process (jobs.check.engines) and never pays for a JVM."""
+
+    def __init__(self, start: Callable[[], SparkSession]) -> None:
+        self._start = start
+        self._session: SparkSession | None = None
+
+    def __call__(self) -> SparkSession:
+        if self._session is None:
+            self._session = self._start()
+        return self._session
+
+    @property
+    def session(self) -> SparkSession | None:
+        """The session if one was started, else None."""
+        return self._session

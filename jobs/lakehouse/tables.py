@@ -29,6 +29,7 @@ from jobs.lakehouse.table_versions import (
 )
 
 if TYPE_CHECKING:  # the DAG imports the table names while parsing: no pyspark for that
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
@@ -256,6 +257,10 @@ class Registry:
         """Rows of a small bookkeeping table matching ``column=value`` filters, read on
         the driver with delta-rs: no Spark job, milliseconds instead of seconds."""
         return driver_rows.read_rows(self[name].location, **equal)
+
+    def read_arrow(self, name: str, **equal: object) -> pa.Table:
+        """Like :meth:`read_rows`, as an Arrow table (the table must exist)."""
+        return driver_rows.read_arrow(self[name].location, **equal)
 
     def append_rows(self, name: str, rows: driver_rows.Rows) -> None:
         """Append rows to an audit log from the driver (:mod:`driver_rows`)."""

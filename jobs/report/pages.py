@@ -26,11 +26,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
-
 from jobs.alerts.evaluation import catch_up_text
 from jobs.check.consumer_status import STATUSES as CONSUMER_STATUSES
+from jobs.check.engines import LocalEngine
+from jobs.lakehouse.delta_io import sql_string
 from jobs.lakehouse.tables import (
     CHECK_RESULTS,
     CONSUMER_LAG,
@@ -172,24 +171,27 @@ class ReportData:
 # ------------------------------------------------------------------------- public API
 
 
-def write_report(spark: SparkSession, registry: Registry, broker: str, snapshot_id: str,
-                 out_dir: Path, data_docs_index: Path | None = None) -> Path:
+def write_report(registry: Registry, broker: str, snapshot_id: str, out_dir: Path,
+                 data_docs_index: Path | None = None) -> Path:
     """Write ``<out_dir>/<broker>/<snapshot_id>.html``, rewrite the broker's index page
     and return the page's path. The snapshot must be in ``snapshots``."""
     _check_path_part(broker, "broker")
     _check_path_part(snapshot_id, "snapshot id")
     if snapshot_id + ".html" == INDEX_PAGE:
         raise ValueError(f"snapshot id {snapshot_id!r} would overwrite the index page")
-    snapshots = read_snapshots(spark, registry, broker)
-    current = next((s for s in snapshots if s.snapshot_id == snapshot_id), None)
-    if current is None:
-        raise ValueError(f"snapshot {snapshot_id!r} of broker {broker!r} is not loaded")
-    data = collect_report_data(spark, registry, broker, current)
-    page = report_path(out_dir, broker, snapshot_id)
-    page_dir = page.parent
-    docs_href = _relative_href(data_docs_index, page_dir) if data_docs_index else None
-    _write_atomically(page, render_page(data, docs_href))
-    write_index(spark, registry, broker, out_dir, snapshots)
+    tables = _tables(registry)
+    try:
+        snapshots = read_snapshots(tables, broker)
+        current = next((s for s in snapshots if s.snapshot_id == snapshot_id), None)
+        if current is None:
+            raise ValueError(f"snapshot {snapshot_id!r} of broker {broker!r} is not loaded")
+        data = collect_report_data(tables, broker, current)
+        page = report_path(out_dir, broker, snapshot_id)
+        docs_href = _relative_href(data_docs_index, page.parent) if data_docs_index else None
+        _write_atomically(page, render_page(data, docs_href))
+        _write_index(tables, broker, out_dir, snapshots)
+    finally:
+        tables.close()
     return page
 
 
@@ -198,110 +200,113 @@ def report_path(out_dir: Path, broker: str, snapshot_id: str) -> Path:
     return Path(out_dir) / broker / f"{snapshot_id}.html"
 
 
-def write_index(spark: SparkSession, registry: Registry, broker: str, out_dir: Path,
-                snapshots: list[SnapshotInfo] | None = None) -> Path:
+def _write_index(tables: LocalEngine, broker: str, out_dir: Path,
+                 snapshots: list[SnapshotInfo]) -> Path:
     """(Re)write ``<out_dir>/<broker>/index.html`` over every page written so far,
     newest snapshot first, with each snapshot's current error and warning counts."""
     page_dir = Path(out_dir) / broker
     reported = {p.stem for p in page_dir.glob("*.html")
                 if p.name != INDEX_PAGE and not p.name.startswith(".")}
-    if snapshots is None:
-        snapshots = read_snapshots(spark, registry, broker)
-    counts = _severity_counts_per_snapshot(registry, broker)
+    counts = _severity_counts_per_snapshot(tables, broker)
     index = page_dir / INDEX_PAGE
     _write_atomically(index, render_index(broker, snapshots, reported, counts))
     return index
 
 
-# ------------------------------------------------------------------------------ Spark
+# ------------------------------------------------------------------------------- data
+# The page's aggregations, in Spark SQL run in this process (jobs.check.engines'
+# LocalEngine: DuckDB over delta-rs): each returns at most a few thousand rows, and a
+# report must not need a JVM.
 
 
-def _utc_text(spark: SparkSession, column: Column, fmt: str = TIME_FORMAT,
-              hour: bool = False) -> Column:
-    """A timestamp as UTC wall-clock text, whatever the session's time zone."""
-    zone = spark.conf.get("spark.sql.session.timeZone") or "UTC"
-    shifted = F.to_utc_timestamp(column, zone)
-    return F.date_format(F.date_trunc("HOUR", shifted) if hour else shifted, fmt)
+def _tables(registry: Registry) -> LocalEngine:
+    tables = LocalEngine(Path(registry.warehouse))
+    for name in (SNAPSHOTS, CONSUMER_LAG, CONSUMER_STATUS, CHECK_RESULTS, MESSAGES):
+        tables.register(name, name)
+    return tables
 
 
-def read_snapshots(spark: SparkSession, registry: Registry, broker: str) -> list[SnapshotInfo]:
+def _rows(tables: LocalEngine, sql: str) -> list[dict]:
+    return tables.arrow(sql).to_pylist()
+
+
+def _utc_text(column: str, fmt: str = TIME_FORMAT) -> str:
+    """A timestamp as UTC wall-clock text (the engine's session zone is UTC)."""
+    return f"date_format({column}, '{fmt}')"
+
+
+def read_snapshots(tables: LocalEngine, broker: str) -> list[SnapshotInfo]:
     """The broker's snapshots in load order (a few rows)."""
-    rows = (registry.read(SNAPSHOTS).where(F.col("broker") == broker)
-            .select("snapshot_id", "snapshot_seq", "status",
-                    _utc_text(spark, F.col("taken_at")).alias("taken_at"))
-            .orderBy("snapshot_seq").collect())
-    return [SnapshotInfo(r.snapshot_id, r.snapshot_seq, r.taken_at, r.status) for r in rows]
+    rows = _rows(tables, f"""
+        SELECT snapshot_id, snapshot_seq, status, {_utc_text('taken_at')} AS taken_at
+        FROM {SNAPSHOTS} WHERE broker = {sql_string(broker)} ORDER BY snapshot_seq""")
+    return [SnapshotInfo(r["snapshot_id"], r["snapshot_seq"], r["taken_at"], r["status"])
+            for r in rows]
 
 
-def collect_report_data(spark: SparkSession, registry: Registry, broker: str,
+def collect_report_data(tables: LocalEngine, broker: str,
                         snapshot: SnapshotInfo) -> ReportData:
     """Run the page's aggregations; each returns at most a few thousand rows."""
-    lag = registry.read(CONSUMER_LAG).where(F.col("broker") == broker)
-    current_lag = lag.where(F.col("snapshot_id") == snapshot.snapshot_id)
-    findings = registry.read(CHECK_RESULTS).where(
-        (F.col("broker") == broker) & (F.col("snapshot_id") == snapshot.snapshot_id))
-    queues, queues_truncated = _queue_lag(current_lag)
-    finding_rows, findings_truncated = _findings(findings)
+    this = f"broker = {sql_string(broker)} AND snapshot_id = {sql_string(snapshot.snapshot_id)}"
+    queues, queues_truncated = _queue_lag(tables, this)
+    finding_rows, findings_truncated = _findings(tables, this)
     return ReportData(
         broker=broker, snapshot=snapshot,
-        lag_history=_lag_history(spark, registry, lag, broker, snapshot.seq),
-        status_history=_status_history(spark, registry, broker, snapshot.seq),
-        statuses=_group_statuses(registry, broker, snapshot.snapshot_id),
-        groups=_group_lag(current_lag), queues=queues, queues_truncated=queues_truncated,
-        volume=_volume(spark, registry, broker, snapshot.snapshot_id),
-        severity_counts=_severity_counts(findings),
+        lag_history=_lag_history(tables, broker, snapshot.seq),
+        status_history=_status_history(tables, broker, snapshot.seq),
+        statuses=_group_statuses(tables, this),
+        groups=_group_lag(tables, this), queues=queues, queues_truncated=queues_truncated,
+        volume=_volume(tables, broker, snapshot.snapshot_id),
+        severity_counts=_severity_counts(tables, this),
         findings=finding_rows, findings_truncated=findings_truncated)
 
 
-def _non_negative(name: str) -> Column:
-    """A count column floored at zero; null stays null (greatest() would make it 0)."""
-    column = F.col(name)
-    return F.when(column.isNotNull(), F.greatest(column, F.lit(0)))
+def _non_negative(column: str) -> str:
+    """A count column floored at zero; null stays null (greatest() alone would make it 0)."""
+    return f"CASE WHEN {column} IS NOT NULL THEN greatest({column}, 0) END"
 
 
-def _counted_lag() -> Column:
-    """lag_messages where it means messages to consume, never below zero."""
-    return F.when(F.col("status").isin(*LAG_STATUSES), _non_negative("lag_messages"))
+# lag_messages where it means messages to consume, never below zero.
+COUNTED_LAG = (f"CASE WHEN status IN ({', '.join(map(sql_string, LAG_STATUSES))}) "
+               f"THEN {_non_negative('lag_messages')} END")
 
 
-def _lag_history(spark: SparkSession, registry: Registry, lag: DataFrame, broker: str,
-                 up_to_seq: int) -> list[LagPoint]:
-    """Lag per group per snapshot up to this one (a later re-run of an old page does
-    not show the future). Snapshots without a taken_at cannot be placed: left out."""
-    snapshots = (registry.read(SNAPSHOTS)
-                 .where((F.col("broker") == broker) & (F.col("snapshot_seq") <= up_to_seq)
-                        & F.col("taken_at").isNotNull())
-                 .select("snapshot_id", "snapshot_seq",
-                         _utc_text(spark, F.col("taken_at")).alias("x")))
-    rows = (lag.join(snapshots, "snapshot_id")
-            .groupBy("group_name", "snapshot_id", "snapshot_seq", "x")
-            .agg(F.sum(_counted_lag()).alias("lag"))
-            .orderBy("group_name", "snapshot_seq").collect())
-    return [LagPoint(r.group_name, r.snapshot_id, r.x, r.lag) for r in rows]
+def _placed_snapshots(broker: str, up_to_seq: int) -> str:
+    """The broker's snapshots up to this one (a later re-run of an old page does not show
+    the future) that have a taken_at: the others cannot be placed on a time axis."""
+    return f"""
+        SELECT snapshot_id, snapshot_seq, {_utc_text('taken_at')} AS x FROM {SNAPSHOTS}
+        WHERE broker = {sql_string(broker)} AND snapshot_seq <= {up_to_seq}
+          AND taken_at IS NOT NULL"""
 
 
-def _status_history(spark: SparkSession, registry: Registry, broker: str,
-                    up_to_seq: int) -> list[StatusPoint]:
+def _lag_history(tables: LocalEngine, broker: str, up_to_seq: int) -> list[LagPoint]:
+    """Lag per group per snapshot up to this one."""
+    rows = _rows(tables, f"""
+        SELECT l.group_name, s.snapshot_id, s.snapshot_seq, s.x, sum({COUNTED_LAG}) AS lag
+        FROM {CONSUMER_LAG} l JOIN ({_placed_snapshots(broker, up_to_seq)}) s
+          ON s.snapshot_id = l.snapshot_id
+        WHERE l.broker = {sql_string(broker)}
+        GROUP BY l.group_name, s.snapshot_id, s.snapshot_seq, s.x
+        ORDER BY l.group_name, s.snapshot_seq""")
+    return [LagPoint(r["group_name"], r["snapshot_id"], r["x"], r["lag"]) for r in rows]
+
+
+def _status_history(tables: LocalEngine, broker: str, up_to_seq: int) -> list[StatusPoint]:
     """Each group's status at each snapshot up to this one (group rows: a few per night)."""
-    snapshots = (registry.read(SNAPSHOTS)
-                 .where((F.col("broker") == broker) & (F.col("snapshot_seq") <= up_to_seq)
-                        & F.col("taken_at").isNotNull())
-                 .select("snapshot_id", "snapshot_seq",
-                         _utc_text(spark, F.col("taken_at")).alias("x")))
-    rows = (registry.read(CONSUMER_STATUS)
-            .where((F.col("broker") == broker) & (F.col("level") == "group"))
-            .join(snapshots, "snapshot_id")
-            .select("group_name", "snapshot_id", "snapshot_seq", "x", "status",
-                    "lag_messages", "queues")
-            .orderBy("group_name", "snapshot_seq").collect())
-    return [StatusPoint(r.group_name, r.snapshot_id, r.x, r.status, r.lag_messages,
-                        list(r.queues or [])) for r in rows]
+    rows = _rows(tables, f"""
+        SELECT c.group_name, s.snapshot_id, s.x, c.status, c.lag_messages, c.queues
+        FROM {CONSUMER_STATUS} c JOIN ({_placed_snapshots(broker, up_to_seq)}) s
+          ON s.snapshot_id = c.snapshot_id
+        WHERE c.broker = {sql_string(broker)} AND c.level = 'group'
+        ORDER BY c.group_name, s.snapshot_seq""")
+    return [StatusPoint(r["group_name"], r["snapshot_id"], r["x"], r["status"],
+                        r["lag_messages"], list(r["queues"] or [])) for r in rows]
 
 
-def _group_statuses(registry: Registry, broker: str, snapshot_id: str) -> list[GroupStatus]:
+def _group_statuses(tables: LocalEngine, this: str) -> list[GroupStatus]:
     """The groups' statuses at this snapshot, worst first."""
-    rows = [r for r in registry.read_rows(CONSUMER_STATUS, broker=broker,
-                                          snapshot_id=snapshot_id) if r["level"] == "group"]
+    rows = _rows(tables, f"SELECT * FROM {CONSUMER_STATUS} WHERE {this} AND level = 'group'")
     rank = {status: i for i, status in enumerate(CONSUMER_STATUSES)}
     rows.sort(key=lambda r: (-rank.get(str(r["status"]), 0), str(r["group_name"])))
     return [GroupStatus(str(r["group_name"]), str(r["status"]), str(r["status_since_snapshot_id"]),
@@ -309,77 +314,73 @@ def _group_statuses(registry: Registry, broker: str, snapshot_id: str) -> list[G
                         list(r["queues"] or []), str(r["reason"])) for r in rows]
 
 
-def _group_lag(current_lag: DataFrame) -> list[GroupLag]:
+def _group_lag(tables: LocalEngine, this: str) -> list[GroupLag]:
     """Per group at this snapshot: queues, queues not ok, lag, oldest lag, lost."""
-    rows = (current_lag.groupBy("group_name")
-            .agg(F.count("*").alias("queues"),
-                 F.sum(F.when(F.col("status") != "ok", 1).otherwise(0)).alias("not_ok"),
-                 F.sum(_counted_lag()).alias("lag"),
-                 F.max("lag_seconds").alias("max_lag_seconds"),
-                 F.coalesce(F.sum(_non_negative("lost_messages")), F.lit(0)).alias("lost"))
-            .orderBy("group_name").collect())
-    return [GroupLag(r.group_name, r.queues, r.not_ok, r.lag, r.max_lag_seconds, r.lost)
-            for r in rows]
+    rows = _rows(tables, f"""
+        SELECT group_name, count(*) AS queues,
+               sum(CASE WHEN status <> 'ok' THEN 1 ELSE 0 END) AS not_ok,
+               sum({COUNTED_LAG}) AS lag, max(lag_seconds) AS max_lag_seconds,
+               coalesce(sum({_non_negative('lost_messages')}), 0) AS lost
+        FROM {CONSUMER_LAG} WHERE {this} GROUP BY group_name ORDER BY group_name""")
+    return [GroupLag(r["group_name"], r["queues"], r["not_ok"], r["lag"], r["max_lag_seconds"],
+                     r["lost"]) for r in rows]
 
 
-def _queue_lag(current_lag: DataFrame) -> tuple[list[QueueLag], bool]:
+def _queue_lag(tables: LocalEngine, this: str) -> tuple[list[QueueLag], bool]:
     """The per-queue rows of this snapshot, capped at MAX_TABLE_ROWS."""
-    rows = (current_lag
-            .select("group_name", "topic", "queue_id", "topic_kind", "status",
-                    _non_negative("lag_messages").alias("lag"), "lag_seconds",
-                    _non_negative("lost_messages").alias("lost_messages"))
-            .orderBy("group_name", "topic", "queue_id").limit(MAX_TABLE_ROWS + 1).collect())
-    queues = [QueueLag(r.group_name, r.topic, r.queue_id, r.topic_kind, r.status, r.lag,
-                       r.lag_seconds, r.lost_messages) for r in rows[:MAX_TABLE_ROWS]]
+    rows = _rows(tables, f"""
+        SELECT group_name, topic, queue_id, topic_kind, status,
+               {_non_negative('lag_messages')} AS lag, lag_seconds,
+               {_non_negative('lost_messages')} AS lost_messages
+        FROM {CONSUMER_LAG} WHERE {this}
+        ORDER BY group_name, topic, queue_id LIMIT {MAX_TABLE_ROWS + 1}""")
+    queues = [QueueLag(r["group_name"], r["topic"], r["queue_id"], r["topic_kind"], r["status"],
+                       r["lag"], r["lag_seconds"], r["lost_messages"])
+              for r in rows[:MAX_TABLE_ROWS]]
     return queues, len(rows) > MAX_TABLE_ROWS
 
 
-def _volume(spark: SparkSession, registry: Registry, broker: str,
-            snapshot_id: str) -> dict[str, dict[str, int]]:
+def _volume(tables: LocalEngine, broker: str, snapshot_id: str) -> dict[str, dict[str, int]]:
     """Messages per topic per store hour among the records this snapshot brought."""
-    rows = (registry.read(MESSAGES)
-            .where((F.col("broker") == broker) & (F.col("first_snapshot_id") == snapshot_id))
-            .groupBy("topic",
-                     _utc_text(spark, F.col("store_time"), HOUR_FORMAT, hour=True).alias("hour"))
-            .count().collect())
+    hour = _utc_text("date_trunc('HOUR', store_time)", HOUR_FORMAT)
+    rows = _rows(tables, f"""
+        SELECT topic, {hour} AS hour, count(*) AS count FROM {MESSAGES}
+        WHERE broker = {sql_string(broker)} AND first_snapshot_id = {sql_string(snapshot_id)}
+        GROUP BY topic, {hour}""")
     volume: dict[str, dict[str, int]] = {}
     for r in rows:
-        volume.setdefault(r.topic, {})[r.hour] = r["count"]
+        volume.setdefault(r["topic"], {})[r["hour"]] = r["count"]
     return volume
 
 
-def _severity_rank() -> Column:
-    """Errors first, then warnings, then info, then anything unexpected."""
-    rank = F.lit(len(SEVERITIES))
-    for position, severity in reversed(list(enumerate(SEVERITIES))):
-        rank = F.when(F.col("severity") == severity, position).otherwise(rank)
-    return rank
-
-
-def _severity_counts(findings: DataFrame) -> dict[str, int]:
-    counts = {r.severity: r["count"] for r in findings.groupBy("severity").count().collect()}
+def _severity_counts(tables: LocalEngine, this: str) -> dict[str, int]:
+    counts = {r["severity"]: r["count"] for r in _rows(tables, f"""
+        SELECT severity, count(*) AS count FROM {CHECK_RESULTS} WHERE {this}
+        GROUP BY severity""")}
     return {s: counts.get(s, 0) for s in SEVERITIES} | counts
 
 
-def _findings(findings: DataFrame) -> tuple[list[Finding], bool]:
+def _findings(tables: LocalEngine, this: str) -> tuple[list[Finding], bool]:
     """The snapshot's findings, most severe first, capped at MAX_TABLE_ROWS."""
-    rows = (findings.orderBy(_severity_rank(), "check_name", "scope")
-            .select("severity", "check_name", "scope", "affected", "expected", "observed",
-                    "explanation")
-            .limit(MAX_TABLE_ROWS + 1).collect())
-    found = [Finding(r.severity, r.check_name, r.scope, r.affected, r.expected, r.observed,
-                     r.explanation) for r in rows[:MAX_TABLE_ROWS]]
+    rank = " ".join(f"WHEN {sql_string(s)} THEN {i}" for i, s in enumerate(SEVERITIES))
+    rows = _rows(tables, f"""
+        SELECT severity, check_name, scope, affected, expected, observed, explanation
+        FROM {CHECK_RESULTS} WHERE {this}
+        ORDER BY CASE severity {rank} ELSE {len(SEVERITIES)} END, check_name, scope
+        LIMIT {MAX_TABLE_ROWS + 1}""")
+    found = [Finding(r["severity"], r["check_name"], r["scope"], r["affected"], r["expected"],
+                     r["observed"], r["explanation"]) for r in rows[:MAX_TABLE_ROWS]]
     return found, len(rows) > MAX_TABLE_ROWS
 
 
-def _severity_counts_per_snapshot(registry: Registry,
+def _severity_counts_per_snapshot(tables: LocalEngine,
                                   broker: str) -> dict[str, dict[str, int]]:
     """{snapshot_id: {severity: findings}} over the broker's check results."""
-    rows = (registry.read(CHECK_RESULTS).where(F.col("broker") == broker)
-            .groupBy("snapshot_id", "severity").count().collect())
     counts: dict[str, dict[str, int]] = {}
-    for r in rows:
-        counts.setdefault(r.snapshot_id, {})[r.severity] = r["count"]
+    for r in _rows(tables, f"""
+            SELECT snapshot_id, severity, count(*) AS count FROM {CHECK_RESULTS}
+            WHERE broker = {sql_string(broker)} GROUP BY snapshot_id, severity"""):
+        counts.setdefault(r["snapshot_id"], {})[r["severity"]] = r["count"]
     return counts
 
 
