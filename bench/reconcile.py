@@ -110,7 +110,7 @@ def main() -> None:
     args = parser.parse_args()
     from load_delta import dataset_dir, prepare_store
 
-    from jobs.check.engines import LocalEngine, SparkEngine
+    from jobs.check.engines import DuckDbEngine, SparkEngine
     from jobs.check.reconcile import reconcile_snapshot
     from jobs.lakehouse.spark_session import build_spark_session
     from jobs.lakehouse.tables import Registry
@@ -130,7 +130,7 @@ def main() -> None:
     load = load_snapshot(spark, "bench", "s1", base / "with-queues" / "store",
                          LoadOptions(body_policy="full"), registry=registry)
     load_s = time.perf_counter() - clock
-    engines = {"local": lambda: LocalEngine(warehouse),
+    engines = {"local": lambda: DuckDbEngine(warehouse),
                "spark": lambda: SparkEngine(spark, registry)}
     seconds = {}
     for name in ("local", "spark") if args.engine == "both" else (args.engine,):

@@ -69,7 +69,7 @@ def reconcile_on_both_engines(spark, registry: Registry, broker: str, snapshot_i
     """Reconcile with the local engine (DuckDB), then with Spark, and require the very same
     findings and lag rows (all but the time of the check) and summary; Spark's is returned
     and its rows stay in the tables."""
-    from jobs.check.engines import LocalEngine, SparkEngine
+    from jobs.check.engines import DuckDbEngine, SparkEngine
     from jobs.check.reconcile import reconcile_snapshot
     from jobs.lakehouse import tables as T
 
@@ -77,7 +77,7 @@ def reconcile_on_both_engines(spark, registry: Registry, broker: str, snapshot_i
         return {name: delta_rows(registry[name].location, leave_out=frozenset({"checked_at"}))
                 for name in (T.CHECK_RESULTS, T.CONSUMER_LAG)}
 
-    local = reconcile_snapshot(LocalEngine(registry.warehouse), registry, broker, snapshot_id)
+    local = reconcile_snapshot(DuckDbEngine(registry.warehouse), registry, broker, snapshot_id)
     local_rows = written()
     on_spark = reconcile_snapshot(SparkEngine(spark, registry), registry, broker, snapshot_id)
     spark_rows = written()

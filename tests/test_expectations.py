@@ -21,7 +21,7 @@ from great_expectations.core import ExpectationValidationResult
 from lakehouse import load
 from pyspark.sql import functions as F
 
-from jobs.check.engines import LocalEngine, SparkEngine
+from jobs.check.engines import DuckDbEngine, SparkEngine
 from jobs.check.expectations import (
     ExpectationsSummary,
     gx_context,
@@ -63,7 +63,7 @@ def clean(spark, broker_stores, tmp_path_factory) -> Run:  # type: ignore[no-unt
 def run_on_both_engines(spark, registry: Registry, gx_root: Path) -> ExpectationsSummary:  # type: ignore[no-untyped-def]
     """The snapshot validated on pandas batches, then on Spark: the same rules evaluated,
     the same ones failed with the same counts; Spark's summary is returned."""
-    local = run_expectations(LocalEngine(Path(registry.warehouse)), registry, BROKER, SNAPSHOT,
+    local = run_expectations(DuckDbEngine(Path(registry.warehouse)), registry, BROKER, SNAPSHOT,
                              gx_root)
     on_spark = run_expectations(SparkEngine(spark, registry), registry, BROKER, SNAPSHOT,
                                 gx_root)

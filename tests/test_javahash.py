@@ -136,9 +136,9 @@ def test_the_local_engines_hashes_equal_rmqlib(tmp_path_factory, rows: list[tupl
     hash as a function) gives the same numbers."""
     import pyarrow as pa
 
-    from jobs.check.engines import LocalEngine
+    from jobs.check.engines import DuckDbEngine
 
-    engine = LocalEngine(tmp_path_factory.getbasetemp())
+    engine = DuckDbEngine(tmp_path_factory.getbasetemp())
     tags_sql, key_sql = _hash_queries(engine.java_hash)
     columns = list(zip(*rows, strict=True))
     engine.connection.register("rows", pa.table(

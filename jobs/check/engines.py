@@ -73,7 +73,7 @@ def engine_for(setting: str, commitlog_bytes: int, up_to_mib: int, registry: Reg
     if setting not in ENGINES:
         raise ValueError(f"check engine {setting!r}: expected one of {', '.join(ENGINES)}")
     if setting == LOCAL or (setting == AUTO and commitlog_bytes <= up_to_mib * MIB):
-        return LocalEngine(registry.warehouse)
+        return DuckDbEngine(registry.warehouse)
     on_spark = spark()
     return SparkEngine(on_spark.spark, on_spark)
 
@@ -117,7 +117,7 @@ class SparkEngine:
 # ----------------------------------------------------------------------------- local
 
 
-class LocalEngine:
+class DuckDbEngine:
     """DuckDB in this process over the warehouse's Delta tables (delta-rs datasets).
 
     Every view is materialized as a temporary table: it is small (that is why this engine

@@ -54,7 +54,7 @@ from great_expectations.expectations.metadata_types import FailureSeverity
 from great_expectations.expectations.metrics.metric_provider import metric_value
 from great_expectations.expectations.metrics.query_metric_provider import QueryMetricProvider
 
-from jobs.check.engines import LOCAL, CheckEngine, to_duckdb
+from jobs.check.engines import LOCAL, CheckEngine, SparkEngine, to_duckdb
 from jobs.check.offline_docs import AssetsError, localize_site
 from jobs.lakehouse.contracts import Contract, quote_identifier
 from jobs.lakehouse.tables import LOAD_RUNS, LOAD_STATE, RETENTION_GAPS, Registry
@@ -281,16 +281,16 @@ def snapshot_rows(engine: CheckEngine, registry: Registry, table: str, broker: s
     """The batch of ``table`` for one broker snapshot: a Spark dataframe on Spark, a pandas
     frame (read with delta-rs) on the local engine."""
     equal = batch_filter(registry, table, broker, snapshot_id)
-    if engine.name == LOCAL:
-        rows = registry.read_arrow(table, **equal)
-        frame = rows.to_pandas()
-        # The typed rows, for the SQL rules (offending_rows): pandas loses the types of an
-        # empty or all-null column, and DuckDB cannot bind a function on an untyped null.
-        frame.attrs[ARROW_ROWS] = rows
+    if isinstance(engine, SparkEngine):
+        frame = engine.registry.read(table)
+        for column, value in equal.items():
+            frame = frame.where(frame[column] == value)
         return frame
-    frame = registry.read(table)
-    for column, value in equal.items():
-        frame = frame.where(frame[column] == value)
+    rows = registry.read_arrow(table, **equal)
+    frame = rows.to_pandas()
+    # The typed rows, for the SQL rules (offending_rows): pandas loses the types of an
+    # empty or all-null column, and DuckDB cannot bind a function on an untyped null.
+    frame.attrs[ARROW_ROWS] = rows
     return frame
 
 
@@ -431,8 +431,6 @@ def run_expectations(engine: CheckEngine, registry: Registry, broker: str, snaps
     started = time.monotonic()
     context = gx_context(gx_root)
     checkpoint = build_checkpoint(context, registry, engine.name)
-    if engine.name != LOCAL:
-        registry = engine.registry  # type: ignore[attr-defined]  # Spark's, for read()
     frames = {name: snapshot_rows(engine, registry, name, broker, snapshot_id)
               for name in registry.tables}
     run_id = RunIdentifier(run_name=_run_name(broker, snapshot_id),

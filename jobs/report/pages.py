@@ -28,7 +28,7 @@ from urllib.parse import quote
 
 from jobs.alerts.evaluation import catch_up_text
 from jobs.check.consumer_status import STATUSES as CONSUMER_STATUSES
-from jobs.check.engines import LocalEngine
+from jobs.check.engines import DuckDbEngine
 from jobs.lakehouse.delta_io import sql_string
 from jobs.lakehouse.tables import (
     CHECK_RESULTS,
@@ -200,7 +200,7 @@ def report_path(out_dir: Path, broker: str, snapshot_id: str) -> Path:
     return Path(out_dir) / broker / f"{snapshot_id}.html"
 
 
-def _write_index(tables: LocalEngine, broker: str, out_dir: Path,
+def _write_index(tables: DuckDbEngine, broker: str, out_dir: Path,
                  snapshots: list[SnapshotInfo]) -> Path:
     """(Re)write ``<out_dir>/<broker>/index.html`` over every page written so far,
     newest snapshot first, with each snapshot's current error and warning counts."""
@@ -215,18 +215,18 @@ def _write_index(tables: LocalEngine, broker: str, out_dir: Path,
 
 # ------------------------------------------------------------------------------- data
 # The page's aggregations, in Spark SQL run in this process (jobs.check.engines'
-# LocalEngine: DuckDB over delta-rs): each returns at most a few thousand rows, and a
+# DuckDbEngine: DuckDB over delta-rs): each returns at most a few thousand rows, and a
 # report must not need a JVM.
 
 
-def _tables(registry: Registry) -> LocalEngine:
-    tables = LocalEngine(Path(registry.warehouse))
+def _tables(registry: Registry) -> DuckDbEngine:
+    tables = DuckDbEngine(Path(registry.warehouse))
     for name in (SNAPSHOTS, CONSUMER_LAG, CONSUMER_STATUS, CHECK_RESULTS, MESSAGES):
         tables.register(name, name)
     return tables
 
 
-def _rows(tables: LocalEngine, sql: str) -> list[dict]:
+def _rows(tables: DuckDbEngine, sql: str) -> list[dict]:
     return tables.arrow(sql).to_pylist()
 
 
@@ -235,7 +235,7 @@ def _utc_text(column: str, fmt: str = TIME_FORMAT) -> str:
     return f"date_format({column}, '{fmt}')"
 
 
-def read_snapshots(tables: LocalEngine, broker: str) -> list[SnapshotInfo]:
+def read_snapshots(tables: DuckDbEngine, broker: str) -> list[SnapshotInfo]:
     """The broker's snapshots in load order (a few rows)."""
     rows = _rows(tables, f"""
         SELECT snapshot_id, snapshot_seq, status, {_utc_text('taken_at')} AS taken_at
@@ -244,7 +244,7 @@ def read_snapshots(tables: LocalEngine, broker: str) -> list[SnapshotInfo]:
             for r in rows]
 
 
-def collect_report_data(tables: LocalEngine, broker: str,
+def collect_report_data(tables: DuckDbEngine, broker: str,
                         snapshot: SnapshotInfo) -> ReportData:
     """Run the page's aggregations; each returns at most a few thousand rows."""
     this = f"broker = {sql_string(broker)} AND snapshot_id = {sql_string(snapshot.snapshot_id)}"
@@ -280,7 +280,7 @@ def _placed_snapshots(broker: str, up_to_seq: int) -> str:
           AND taken_at IS NOT NULL"""
 
 
-def _lag_history(tables: LocalEngine, broker: str, up_to_seq: int) -> list[LagPoint]:
+def _lag_history(tables: DuckDbEngine, broker: str, up_to_seq: int) -> list[LagPoint]:
     """Lag per group per snapshot up to this one."""
     rows = _rows(tables, f"""
         SELECT l.group_name, s.snapshot_id, s.snapshot_seq, s.x, sum({COUNTED_LAG}) AS lag
@@ -292,7 +292,7 @@ def _lag_history(tables: LocalEngine, broker: str, up_to_seq: int) -> list[LagPo
     return [LagPoint(r["group_name"], r["snapshot_id"], r["x"], r["lag"]) for r in rows]
 
 
-def _status_history(tables: LocalEngine, broker: str, up_to_seq: int) -> list[StatusPoint]:
+def _status_history(tables: DuckDbEngine, broker: str, up_to_seq: int) -> list[StatusPoint]:
     """Each group's status at each snapshot up to this one (group rows: a few per night)."""
     rows = _rows(tables, f"""
         SELECT c.group_name, s.snapshot_id, s.x, c.status, c.lag_messages, c.queues
@@ -304,7 +304,7 @@ def _status_history(tables: LocalEngine, broker: str, up_to_seq: int) -> list[St
                         r["lag_messages"], list(r["queues"] or [])) for r in rows]
 
 
-def _group_statuses(tables: LocalEngine, this: str) -> list[GroupStatus]:
+def _group_statuses(tables: DuckDbEngine, this: str) -> list[GroupStatus]:
     """The groups' statuses at this snapshot, worst first."""
     rows = _rows(tables, f"SELECT * FROM {CONSUMER_STATUS} WHERE {this} AND level = 'group'")
     rank = {status: i for i, status in enumerate(CONSUMER_STATUSES)}
@@ -314,7 +314,7 @@ def _group_statuses(tables: LocalEngine, this: str) -> list[GroupStatus]:
                         list(r["queues"] or []), str(r["reason"])) for r in rows]
 
 
-def _group_lag(tables: LocalEngine, this: str) -> list[GroupLag]:
+def _group_lag(tables: DuckDbEngine, this: str) -> list[GroupLag]:
     """Per group at this snapshot: queues, queues not ok, lag, oldest lag, lost."""
     rows = _rows(tables, f"""
         SELECT group_name, count(*) AS queues,
@@ -326,7 +326,7 @@ def _group_lag(tables: LocalEngine, this: str) -> list[GroupLag]:
                      r["lost"]) for r in rows]
 
 
-def _queue_lag(tables: LocalEngine, this: str) -> tuple[list[QueueLag], bool]:
+def _queue_lag(tables: DuckDbEngine, this: str) -> tuple[list[QueueLag], bool]:
     """The per-queue rows of this snapshot, capped at MAX_TABLE_ROWS."""
     rows = _rows(tables, f"""
         SELECT group_name, topic, queue_id, topic_kind, status,
@@ -340,7 +340,7 @@ def _queue_lag(tables: LocalEngine, this: str) -> tuple[list[QueueLag], bool]:
     return queues, len(rows) > MAX_TABLE_ROWS
 
 
-def _volume(tables: LocalEngine, broker: str, snapshot_id: str) -> dict[str, dict[str, int]]:
+def _volume(tables: DuckDbEngine, broker: str, snapshot_id: str) -> dict[str, dict[str, int]]:
     """Messages per topic per store hour among the records this snapshot brought."""
     hour = _utc_text("date_trunc('HOUR', store_time)", HOUR_FORMAT)
     rows = _rows(tables, f"""
@@ -353,14 +353,14 @@ def _volume(tables: LocalEngine, broker: str, snapshot_id: str) -> dict[str, dic
     return volume
 
 
-def _severity_counts(tables: LocalEngine, this: str) -> dict[str, int]:
+def _severity_counts(tables: DuckDbEngine, this: str) -> dict[str, int]:
     counts = {r["severity"]: r["count"] for r in _rows(tables, f"""
         SELECT severity, count(*) AS count FROM {CHECK_RESULTS} WHERE {this}
         GROUP BY severity""")}
     return {s: counts.get(s, 0) for s in SEVERITIES} | counts
 
 
-def _findings(tables: LocalEngine, this: str) -> tuple[list[Finding], bool]:
+def _findings(tables: DuckDbEngine, this: str) -> tuple[list[Finding], bool]:
     """The snapshot's findings, most severe first, capped at MAX_TABLE_ROWS."""
     rank = " ".join(f"WHEN {sql_string(s)} THEN {i}" for i, s in enumerate(SEVERITIES))
     rows = _rows(tables, f"""
@@ -373,7 +373,7 @@ def _findings(tables: LocalEngine, this: str) -> tuple[list[Finding], bool]:
     return found, len(rows) > MAX_TABLE_ROWS
 
 
-def _severity_counts_per_snapshot(tables: LocalEngine,
+def _severity_counts_per_snapshot(tables: DuckDbEngine,
                                   broker: str) -> dict[str, dict[str, int]]:
     """{snapshot_id: {severity: findings}} over the broker's check results."""
     counts: dict[str, dict[str, int]] = {}
