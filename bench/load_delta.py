@@ -649,9 +649,9 @@ def deltars_child(mode: str, args: argparse.Namespace) -> dict[str, object]:
     seconds = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_SELF)
     cpu = after.ru_utime + after.ru_stime - usage.ru_utime - usage.ru_stime
-    from deltalake import DeltaTable
+    from jobs.lakehouse.driver_rows import arrow_dataset
 
-    rows = DeltaTable(location).to_pyarrow_dataset().count_rows()
+    rows = arrow_dataset(location).count_rows()
     return {"mode": mode, "seconds": seconds, "records": rows, "bytes": args.bytes,
             "cpu": {"driver": round(cpu, 2)}, "memory": {"driver_mib": vm_hwm_mib()},
             "files": delta_files(location)}

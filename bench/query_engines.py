@@ -22,8 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from deltalake import DeltaTable  # noqa: E402
 
+from jobs.lakehouse.driver_rows import arrow_dataset  # noqa: E402
 from jobs.lakehouse.tables import MESSAGES, table_location  # noqa: E402
 
 
@@ -42,7 +42,7 @@ def queries(warehouse: Path) -> dict[str, list[str]]:
 
 def _sample_message(warehouse: Path) -> dict[str, str]:
     """A message with a key and a msgId, to look up."""
-    rows = DeltaTable(str(table_location(warehouse, MESSAGES))).to_pyarrow_table(
+    rows = arrow_dataset(table_location(warehouse, MESSAGES)).to_table(
         columns=["msg_id", "keys"]).to_pylist()
     row = next(r for r in rows if r["msg_id"] and r["keys"])
     return {"msg_id": row["msg_id"], "key": row["keys"][0]}

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs.lakehouse import tables as T
-from jobs.lakehouse.driver_rows import exists, read_rows
+from jobs.lakehouse.driver_rows import arrow_dataset, exists, read_rows
 from jobs.lakehouse.tables import table_location
 from jobs.pipeline_config import PipelineConfig
 from jobs.snapshot.manifest import MANIFEST, Manifest, snapshot_dir
@@ -26,12 +26,10 @@ def _rows(warehouse: Path, table: str, **equal: object) -> list[dict[str, Any]]:
 
 
 def _count(warehouse: Path, table: str) -> int | None:
-    from deltalake import DeltaTable
-
     location = table_location(warehouse, table)
     if not exists(location):
         return None
-    return DeltaTable(str(location)).to_pyarrow_dataset().count_rows()
+    return arrow_dataset(location).count_rows()
 
 
 def format_run_summary(config: PipelineConfig, broker: str, snapshot_id: str) -> str:

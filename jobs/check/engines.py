@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import pyarrow as pa
 
-from jobs.lakehouse.driver_rows import exists
+from jobs.lakehouse.driver_rows import arrow_dataset, exists
 from jobs.lakehouse.tables import table_location
 from rmqlib.common.javahash import java_string_hashes
 
@@ -139,14 +139,12 @@ class DuckDbEngine:
                                         INTEGER, type="arrow", null_handling="special")
 
     def register(self, view: str, table: str) -> None:
-        from deltalake import DeltaTable
-
         location = table_location(self.warehouse, table)
         if not exists(location):
             raise FileNotFoundError(f"table {table} does not exist at {location}")
         # A dataset, not a table: DuckDB pushes the views' filters and columns into the
         # scan, so only the broker's files and the columns used are read.
-        self.connection.register(view, DeltaTable(str(location)).to_pyarrow_dataset())
+        self.connection.register(view, arrow_dataset(location))
 
     def create_view(self, name: str, sql: str, *, cached: bool = False) -> None:
         self._run(f"CREATE OR REPLACE TEMP TABLE {name} AS {to_duckdb(sql)}")

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    import pyarrow.dataset as ds
 
     from jobs.lakehouse.contracts import Contract
 
@@ -46,10 +47,32 @@ def read_rows(location: str | Path, **equal: object) -> list[dict[str, object]]:
 
 def read_arrow(location: str | Path, **equal: object) -> pa.Table:
     """The rows of an existing Delta table matching ``column=value`` filters, as Arrow."""
-    from deltalake import DeltaTable
+    import pyarrow.dataset as ds
 
-    filters = [(column, "=", value) for column, value in equal.items()] or None
-    return DeltaTable(str(location)).to_pyarrow_table(filters=filters)
+    condition = None
+    for column, value in equal.items():
+        term = ds.field(column) == value
+        condition = term if condition is None else condition & term
+    return arrow_dataset(location).to_table(filter=condition)
+
+
+def arrow_dataset(location: str | Path) -> ds.Dataset:
+    """The current version of an existing Delta table as a pyarrow dataset, its Parquet
+    files read through Arrow's own local filesystem.
+
+    Why not deltalake's default: that reads through a filesystem implemented in Python,
+    so Arrow's pre-buffered reads hold Python buffers. When such a read completes after
+    the interpreter began to exit, Arrow's I/O thread frees the buffer, asks for the GIL,
+    is ended by Python (``pthread_exit``) inside a ``noexcept`` frame, and the whole
+    process aborts: "terminate called without an active exception", exit 134, after
+    the command's work was done (tests/test_driver_rows.py runs a CLI again and again).
+    """
+    from deltalake import DeltaTable
+    from pyarrow import fs
+
+    root = Path(location).resolve()
+    native = fs.SubTreeFileSystem(str(root), fs.LocalFileSystem())
+    return DeltaTable(str(root)).to_pyarrow_dataset(filesystem=native)
 
 
 def arrow_rows(contract: Contract, rows: Rows) -> pa.Table:
