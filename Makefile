@@ -55,7 +55,11 @@ default-store: $(INSTALLED)
 
 # Airflow for `make run`: its own home and SQLite DB under .cache/airflow, dags/ as the DAG
 # folder, the broker given as the rmq_brokers Variable (AIRFLOW_VAR_*), no example DAGs.
-AIRFLOW_HOME_DIR := $(CURDIR)/.cache/airflow
+# With RMQ_WAREHOUSE set, the home is <warehouse>/_airflow: the DAG's Assets are named
+# rmq.<table> with the warehouse's file URIs, and an Airflow DB that holds them for another
+# warehouse refuses the tasks' outlets (AirflowInactiveAssetInInletOrOutletException) under
+# `dags test`, which has no scheduler to retire the old URIs.
+AIRFLOW_HOME_DIR ?= $(if $(RMQ_WAREHOUSE),$(abspath $(RMQ_WAREHOUSE))/_airflow,$(CURDIR)/.cache/airflow)
 AIRFLOW_DB  := $(AIRFLOW_HOME_DIR)/airflow.db
 # RMQ_SPARK_SHARED_SESSION: `dags test` runs every task in this one process, so its Spark
 # tasks share one session (under a scheduler each task ends its own JVM).

@@ -28,6 +28,7 @@ from datetime import datetime
 from pathlib import Path
 
 EXIT_OK, EXIT_ALERT, EXIT_USAGE, EXIT_REFUSED, EXIT_INTERNAL = 0, 1, 2, 3, 4
+ENGINE_CHOICES = ("auto", "local", "spark")  # jobs.lakehouse.engine_choice.ENGINES
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,6 +52,12 @@ def _parser() -> argparse.ArgumentParser:
     load.add_argument("--quiet", action="store_true", help="no progress lines")
     load.add_argument("--query", action="append", default=[], metavar="NAME",
                       help="after the load, show this saved query (no parameters)")
+    load.add_argument("--engine", choices=ENGINE_CHOICES, default="auto",
+                      help="where what is new gets decoded: local (this process, no JVM, "
+                      "once the tables exist), spark (the executors), or auto (default): "
+                      "local up to --local-up-to-mib past the high-water marks")
+    load.add_argument("--local-up-to-mib", type=int, default=64, metavar="MIB",
+                      help="auto's limit (default 64, as config/pipeline.yaml)")
 
     check = commands.add_parser("check", help="check a loaded snapshot: reconcile, Great "
                                 "Expectations, nightly report, alert")
@@ -60,7 +67,7 @@ def _parser() -> argparse.ArgumentParser:
                        "(default config/alerts.yaml)")
     check.add_argument("--output", type=Path, help="where Data Docs and reports go "
                        "(default <warehouse>/_checks)")
-    check.add_argument("--engine", choices=("auto", "local", "spark"), default="auto",
+    check.add_argument("--engine", choices=ENGINE_CHOICES, default="auto",
                        help="where reconcile and Great Expectations run: local (DuckDB in "
                        "this process, no JVM), spark, or auto (default): local up to "
                        "--local-up-to-mib of commitlog in the snapshot")
@@ -193,7 +200,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         if args.command == "load":
             _check_store(Path(args.store))  # a wrong path fails in a second, not after Spark
-            return _load(spark(), args)
+            return _load(spark, args)
         if args.command == "check":
             return _check(args, spark)  # a small snapshot's check starts no Spark
         return _migrate(spark())
@@ -232,21 +239,25 @@ def _check_store(store: Path) -> None:
 
 
 def _load(spark, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
+    """``spark`` (a SparkOnDemand) is started only if the tables must be created or the
+    plan is decoded on Spark."""
     from jobs.lakehouse.progress import ConsoleProgress
+    from jobs.lakehouse.tables import Registry
     from jobs.load.job import LoadOptions, load_snapshot
     from jobs.load.summary import format_summary, summary_dict
 
     options = LoadOptions(split_bytes=args.split_mib * 2**20, body_policy=args.body_policy,
-                          verify_crc=not args.no_crc, taken_at=args.taken_at)
+                          verify_crc=not args.no_crc, taken_at=args.taken_at,
+                          engine=args.engine, local_up_to_mib=args.local_up_to_mib)
     with ConsoleProgress(spark, quiet=args.quiet) as progress:
         summary = load_snapshot(spark, args.broker, args.snapshot_id, args.store, options,
-                                progress=progress)
+                                registry=Registry(None, _warehouse(args)), progress=progress)
     print(json.dumps(summary_dict(summary), indent=2) if args.json else format_summary(summary))
     for name in args.query:
         from jobs.query.spark_engine import run_saved
 
         print(f"\nsaved query {name} (python -m jobs sql --saved {name}):")
-        run_saved(spark, name).show(20, truncate=40)
+        run_saved(spark(), name).show(20, truncate=40)
     return EXIT_OK
 
 

@@ -106,17 +106,20 @@ def load_broker(start_spark: Callable[[], SparkSession], config: PipelineConfig,
                 snapshot: dict[str, Any]) -> dict[str, Any]:
     """Load the snapshot into the Delta tables (nothing when it is already loaded)."""
     from jobs.lakehouse.progress import ConsoleProgress
+    from jobs.lakehouse.spark_session import SparkOnDemand
     from jobs.load.job import LoadOptions, LoadRefusedError, load_snapshot
     from jobs.load.plan import StoreWentBackwardsError
     from rmqlib.errors import StoreError
 
     broker, snapshot_id = snapshot["broker"], snapshot["snapshot_id"]
-    options = LoadOptions(taken_at=datetime.fromisoformat(snapshot["taken_at"]))
-    spark = start_spark()
+    options = LoadOptions(taken_at=datetime.fromisoformat(snapshot["taken_at"]),
+                          engine=config.load_engine,
+                          local_up_to_mib=config.local_load_up_to_mib)
+    spark = SparkOnDemand(start_spark)  # started only if the load needs Spark
     try:
         with ConsoleProgress(spark, stream=_LogLines(broker)) as progress:
             summary = load_snapshot(spark, broker, snapshot_id, snapshot["store"], options,
-                                    registry=registry_for(spark, config), progress=progress)
+                                    registry=registry_for(None, config), progress=progress)
     except (LoadRefusedError, StoreWentBackwardsError) as error:
         raise StepError(f"{broker}: load of snapshot {snapshot_id} refused: {error}",
                         permanent=True) from error

@@ -13,6 +13,8 @@ spark_pool_slots: 2              # ... and its size: Spark applications at once 
 time_travel_days: 7              # maintenance VACUUM keeps every table version this long
 check_engine: auto               # auto: local (DuckDB, no JVM) up to local_checks_up_to_mib
 local_checks_up_to_mib: 256      # ... of commitlog in the store, else spark
+load_engine: auto                # auto: decode in the task's process up to local_load_up_to_mib
+local_load_up_to_mib: 64         # ... of bytes past the high-water marks, else on Spark
 deliver_alerts: true             # false: alerts are recorded and logged, not sent
 alerts_config: config/alerts.yaml  # thresholds, consumer-status window, reminders, channels
 brokers:
@@ -38,10 +40,8 @@ from typing import Any
 
 import yaml
 
+from jobs.lakehouse.engine_choice import ENGINES
 from jobs.lakehouse.jars import REPO_ROOT
-
-# jobs.check.engines.ENGINES (not imported: reading the config must not import the checks)
-CHECK_ENGINES = ("auto", "local", "spark")
 
 DEFAULT_CONFIG = REPO_ROOT / "config" / "pipeline.yaml"
 BROKER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -84,6 +84,8 @@ class PipelineConfig:
     time_travel_days: float = 7.0
     check_engine: str = "auto"
     local_checks_up_to_mib: int = 256
+    load_engine: str = "auto"
+    local_load_up_to_mib: int = 64
     alerts_config: Path = REPO_ROOT / "config" / "alerts.yaml"
 
     @property
@@ -109,7 +111,7 @@ def load_config(path: str | Path | None = None) -> PipelineConfig:
     known = {"schedule", "snapshot_root", "warehouse", "retention_days", "retries",
              "retry_delay_s", "spark_conn_id", "deliver_alerts", "brokers", "alerts_config",
              "spark_pool", "spark_pool_slots", "time_travel_days", "check_engine",
-             "local_checks_up_to_mib"}
+             "local_checks_up_to_mib", "load_engine", "local_load_up_to_mib"}
     unknown = sorted(set(document) - known)
     if unknown:
         raise PipelineConfigError(f"{path}: unknown key(s) {', '.join(unknown)}")
@@ -135,8 +137,10 @@ def load_config(path: str | Path | None = None) -> PipelineConfig:
         spark_pool=str(document.get("spark_pool") or "rmq_spark"),
         spark_pool_slots=int(_at_least(path, document, "spark_pool_slots", 2, 1)),
         time_travel_days=_at_least(path, document, "time_travel_days", 7, 1),
-        check_engine=_choice(path, document, "check_engine", "auto", CHECK_ENGINES),
+        check_engine=_choice(path, document, "check_engine", "auto", ENGINES),
         local_checks_up_to_mib=int(_at_least(path, document, "local_checks_up_to_mib", 256, 0)),
+        load_engine=_choice(path, document, "load_engine", "auto", ENGINES),
+        local_load_up_to_mib=int(_at_least(path, document, "local_load_up_to_mib", 64, 0)),
     )
 
 

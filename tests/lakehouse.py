@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import date, datetime
 from pathlib import Path
 
+from jobs.lakehouse import tables as T
+from jobs.lakehouse.driver_rows import read_arrow
 from jobs.lakehouse.tables import AUDIT_LOGS, TABLES, Registry
 from jobs.load.job import LoadOptions, LoadSummary, load_snapshot
 
-# Small splits so that the 1 MiB segments of the harness stores become several tasks.
-TEST_OPTIONS = LoadOptions(split_bytes=256 * 1024, queue_split_bytes=2000)
+# Small splits so that the 1 MiB segments of the harness stores become several tasks, on
+# Spark's executors (the default engine choice would decode these small stores in process;
+# tests/test_load_engines.py holds that path to the same rows).
+TEST_OPTIONS = LoadOptions(split_bytes=256 * 1024, queue_split_bytes=2000, engine="spark")
+IN_PROCESS_OPTIONS = dataclasses.replace(TEST_OPTIONS, engine="local")
+# What a load writes: every table but the checks' and the audit logs.
+LOADED_TABLES = (T.MESSAGES, T.QUEUE_ENTRIES, T.INDEX_ENTRIES, T.TOPICS, T.SUBSCRIPTION_GROUPS,
+                 T.CONSUMER_OFFSETS, T.DELAY_OFFSETS, T.PENDING_TIMERS, T.SNAPSHOTS,
+                 T.QUARANTINE, T.RETENTION_GAPS, T.LOAD_STATE)
 
 
 def load(spark, warehouse: Path, broker: str, snapshot_id: str, store: Path,  # type: ignore[no-untyped-def]
@@ -44,6 +54,13 @@ def table_content(registry: Registry, name: str, broker: str | None = None) -> l
     rows = (frame.where(frame.broker == broker) if broker else frame).collect()
     return sorted(json.dumps([canonical(v) for v in row], sort_keys=True, default=str)
                   for row in rows)
+
+
+def broker_rows(registry: Registry, name: str, broker: str) -> list[str]:
+    """Every row of one broker in a table as sorted canonical JSON, read with delta-rs."""
+    rows = read_arrow(registry[name].location, broker=broker).to_pylist()
+    return sorted(json.dumps({k: canonical(v) for k, v in row.items()}, sort_keys=True,
+                             default=str) for row in rows)
 
 
 def all_content(registry: Registry, broker: str | None = None,

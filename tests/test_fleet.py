@@ -2,7 +2,9 @@
 in a process of its own, into one warehouse, first fresh, then with existing tables.
 
 Every process must succeed, and every table must hold what loading and checking the same
-snapshots one after another gives (read with delta-rs, an independent reader).
+snapshots one after another gives (read with delta-rs, an independent reader). Two of the
+brokers decode on Spark and two in their own process (delta-rs appends), as a fleet of big
+and small brokers does; the serial oracle loads all four on the default engine choice.
 
 The brokers' decode stages must overlap, not take turns: each process meets the others at
 a barrier as its decode stage begins (a file per broker; it waits until all four are
@@ -34,6 +36,9 @@ pytestmark = [pytest.mark.spark, pytest.mark.broker]
 
 FLEET = {"fleet-a": "v5-clean", "fleet-b": "v4-clean", "fleet-c": "v5-killed",
          "fleet-d": "v4-killed"}
+# Where each broker decodes (jobs.load.fact_writers): a fleet mixes big brokers (Spark's
+# writer) and small ones (delta-rs in the task's process), appending to the same tables.
+LOAD_ENGINE = {"fleet-a": "spark", "fleet-b": "local", "fleet-c": "local", "fleet-d": "spark"}
 NIGHTS = ("n1", "n2")
 # Columns that say when (or where) a check ran, not what it found.
 RUN_COLUMNS = frozenset({"checked_at", "raised_at", "report_url"})
@@ -51,10 +56,10 @@ from jobs.lakehouse import tables as T
 from jobs.lakehouse.spark_session import build_spark_session
 from jobs.lakehouse.tables import Registry
 from jobs.load import job
-from jobs.load.job import load_snapshot
+from jobs.load.job import LoadOptions, load_snapshot
 from jobs.maintain.maintenance import maintain_tables
 
-warehouse, broker, snapshot_id, store, barrier, brokers, seconds = sys.argv[1:]
+warehouse, broker, snapshot_id, store, barrier, brokers, seconds, engine = sys.argv[1:]
 barrier, seconds = Path(barrier), float(seconds)
 stage = {}
 decode_into = job.SnapshotLoad.decode_into
@@ -78,7 +83,7 @@ job.SnapshotLoad.decode_into = decode_at_the_barrier
 spark = build_spark_session("fleet-" + broker, warehouse=Path(warehouse))
 stage["max_heap"] = spark._jvm.java.lang.Runtime.getRuntime().maxMemory()
 registry = Registry(spark, warehouse)
-load_snapshot(spark, broker, snapshot_id, store, registry=registry)
+load_snapshot(spark, broker, snapshot_id, store, LoadOptions(engine=engine), registry=registry)
 check_snapshot(lambda: registry, Path(warehouse), broker, snapshot_id, engine="spark")
 maintain_tables(warehouse, broker)
 (barrier.parent / f"{broker}.stage.json").write_text(json.dumps(stage))
@@ -108,7 +113,8 @@ def night_of_the_fleet(warehouse: Path, night: str, stores: dict[str, Path],
         running[broker] = (subprocess.Popen(
             [sys.executable, str(script), str(warehouse), broker, night,
              str(stores[variant] / "store"), str(barrier), str(len(FLEET)),
-             str(BARRIER_SECONDS)], stdout=out, stderr=subprocess.STDOUT, env=env), out)
+             str(BARRIER_SECONDS), LOAD_ENGINE[broker]],
+            stdout=out, stderr=subprocess.STDOUT, env=env), out)
     failed = []
     for broker, (process, out) in running.items():
         code = process.wait(timeout=1800)

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from lakehouse import all_content, canonical, load
+from lakehouse import IN_PROCESS_OPTIONS, LOADED_TABLES, all_content, broker_rows, canonical, load
 
 from jobs.lakehouse import tables as T
 from jobs.query.spark_engine import run_saved
@@ -237,6 +237,22 @@ def test_delta_rs_reads_the_same_rows(golden):  # type: ignore[no-untyped-def]
         ours = sorted(json.dumps([canonical(v) for v in row.values()], sort_keys=True,
                                  default=str) for row in spark_rows)
         assert theirs == ours, name
+
+
+def test_an_in_process_load_writes_the_rows_of_a_spark_load(golden, spark, broker_stores,  # type: ignore[no-untyped-def]
+                                                          tmp_path):
+    """The four stores decoded in this process and appended by delta-rs (a small night's
+    path, jobs.load.fact_writers) give exactly the rows Spark's executors wrote."""
+    registry, summaries = golden
+    for variant, spark_summary in summaries.items():
+        local, summary = load(spark, tmp_path, variant, "s1", broker_stores[variant] / "store",
+                              IN_PROCESS_OPTIONS)
+        assert {name: r.rows for name, r in summary.results.items()} == \
+            {name: r.rows for name, r in spark_summary.results.items()}
+        for name in LOADED_TABLES:
+            assert broker_rows(local, name, variant) == broker_rows(registry, name, variant), \
+                (variant, name)
+    assert broker_rows(local, T.MESSAGES, "v5-clean")  # not vacuous
 
 
 def test_loading_the_same_snapshot_again_changes_nothing(golden, spark, broker_stores):  # type: ignore[no-untyped-def]

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from lakehouse import all_content, load
+from lakehouse import IN_PROCESS_OPTIONS, LOADED_TABLES, all_content, broker_rows, load
 
 from jobs.lakehouse import tables as T
 from rmqlib.commitlog.records import scan_store
@@ -58,6 +58,19 @@ def test_successive_snapshots_give_exactly_the_union_of_their_records(
     assert len(rows) == len({r.physical_offset for r in rows})  # no duplicates
     assert {r.physical_offset: r.first_snapshot_id for r in rows} == first_seen
     assert set(first_seen.values()) == set(SNAPSHOTS)
+
+
+def test_snapshots_loaded_in_process_equal_the_spark_loads(in_order, spark, growing_store,  # type: ignore[no-untyped-def]
+                                                          tmp_path):
+    """s1, s2, s3 decoded in this process (queue tails past the loaded commitlog, a torn
+    last record, retention) leave the tables exactly as the executors did."""
+    registry, summaries = in_order
+    for name in SNAPSHOTS:
+        local, summary = load(spark, tmp_path, "g", name, snapshot_store(growing_store, name),
+                              IN_PROCESS_OPTIONS)
+        assert summary.bytes_read == summaries[name].bytes_read, name
+    for table in LOADED_TABLES:
+        assert broker_rows(local, table, "g") == broker_rows(registry, table, "g"), table
 
 
 def test_rows_of_files_deleted_by_retention_are_kept(in_order, growing_store):  # type: ignore[no-untyped-def]

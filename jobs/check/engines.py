@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from jobs.lakehouse.driver_rows import arrow_dataset, exists
+from jobs.lakehouse.engine_choice import AUTO, ENGINES, LOCAL, SPARK, runs_in_process
 from jobs.lakehouse.tables import table_location
 from rmqlib.common.javahash import java_string_hashes
 
@@ -38,10 +39,9 @@ if TYPE_CHECKING:
 
     from jobs.lakehouse.tables import Registry
 
-SPARK, LOCAL, AUTO = "spark", "local", "auto"
-ENGINES = (AUTO, LOCAL, SPARK)
 DEFAULT_LOCAL_MIB = 256  # config/pipeline.yaml's local_checks_up_to_mib
-MIB = 1 << 20
+__all__ = ["AUTO", "ENGINES", "LOCAL", "SPARK", "CheckEngine", "DuckDbEngine", "SparkEngine",
+           "engine_for"]
 
 
 class CheckEngine(Protocol):
@@ -70,9 +70,7 @@ def engine_for(setting: str, commitlog_bytes: int, up_to_mib: int, registry: Reg
     """The engine ``setting`` (auto, local or spark) asks for, for a snapshot whose commitlog
     holds ``commitlog_bytes``; ``spark`` gives the Spark registry (starting the session)
     only when Spark is chosen."""
-    if setting not in ENGINES:
-        raise ValueError(f"check engine {setting!r}: expected one of {', '.join(ENGINES)}")
-    if setting == LOCAL or (setting == AUTO and commitlog_bytes <= up_to_mib * MIB):
+    if runs_in_process("check", setting, commitlog_bytes, up_to_mib):
         return DuckDbEngine(registry.warehouse)
     on_spark = spark()
     return SparkEngine(on_spark.spark, on_spark)

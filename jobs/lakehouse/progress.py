@@ -14,12 +14,16 @@ from typing import TextIO
 
 from pyspark.sql import SparkSession
 
+from jobs.lakehouse.spark_session import SparkOnDemand
+
 
 class ConsoleProgress:
     """Callable progress sink with a Spark stage watcher."""
 
-    def __init__(self, spark: SparkSession | None = None, stream: TextIO = sys.stderr,
-                 quiet: bool = False) -> None:
+    def __init__(self, spark: SparkSession | SparkOnDemand | None = None,
+                 stream: TextIO = sys.stderr, quiet: bool = False) -> None:
+        """``spark`` a :class:`SparkOnDemand`: its stages are watched once it is started
+        (a load that needs no Spark never starts it)."""
         self.spark = spark
         self.stream = stream
         self.quiet = quiet
@@ -44,8 +48,18 @@ class ConsoleProgress:
         if self._thread is not None:
             self._thread.join(timeout=2)
 
+    def _session(self) -> SparkSession | None:
+        if isinstance(self.spark, SparkOnDemand):
+            return self.spark.session
+        return self.spark
+
     def _watch(self) -> None:
-        tracker = self.spark.sparkContext.statusTracker()
+        session = self._session()
+        while session is None:  # not started (yet): a load that may never need it
+            if self._stop.wait(0.5):
+                return
+            session = self._session()
+        tracker = session.sparkContext.statusTracker()
         last: tuple[int, int, int] | None = None
         stage_started: dict[int, float] = {}
         while not self._stop.wait(1.0):

@@ -181,13 +181,27 @@ class Registry:
 
     def _verify_ready(self) -> Registry:
         """Without Spark nothing can be created or evolved: every table must be ready."""
+        unready = self._unready()
+        if unready:
+            table, reason = unready[0]
+            raise TableDriftError(f"{table.qualified_name}: {reason} (a load creates or "
+                                  "evolves the tables; this step only reads and appends)")
+        self._ready = True
+        return self
+
+    def is_ready(self) -> bool:
+        """Whether every table exists at its contract (read from the Delta logs with
+        delta-rs, no Spark): then nothing needs creating or evolving."""
+        self._ready = self._ready or not self._unready()
+        return self._ready
+
+    def _unready(self) -> list[tuple[Table, str]]:
+        found = []
         for table in self.tables.values():
             action, reason = decide(table.contract, inspect_table(table.location))
             if action is not Action.READY:
-                raise TableDriftError(f"{table.qualified_name}: {reason} (a load creates or "
-                                      "evolves the tables; this step only reads and appends)")
-        self._ready = True
-        return self
+                found.append((table, reason))
+        return found
 
     def register_name(self, table: Table) -> None:
         """Point ``rmq.<table>`` at the table as it is on disk now (the session catalog

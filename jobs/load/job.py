@@ -6,8 +6,9 @@ it with the same snapshot id):
 1. register the snapshot (``snapshots``, status ``loading``) and give it a sequence
    number; that number is the Delta ``txnVersion`` of every fact append below;
 2. plan decode tasks past the broker's high-water marks (``jobs.load.plan``);
-3. decode on the executors and append ``messages``, then ``queue_entries`` (units past
-   the loaded commitlog wait for the next load), then ``index_entries``; meanwhile, in
+3. decode and append ``messages``, then ``queue_entries`` (units past the loaded
+   commitlog wait for the next load), then ``index_entries``: on Spark's executors, or in
+   this process for a small plan (:mod:`jobs.load.fact_writers`); meanwhile, in
    background threads, append the snapshot's state rows (topics, groups, offsets, delay
    offsets), which need no decoding;
 4. append quarantine rows and retention gaps, derived from the task reports;
@@ -20,9 +21,11 @@ load is refused while another load of the same broker runs (:mod:`jobs.load.brok
 Loads of different brokers run side by side: every write below is a blind append or
 replaces rows of the load's own ``broker`` partition, which Delta never sees as a conflict.
 
-Only the decoded facts (step 3) are Spark jobs; every other row is computed on the driver
-and committed there with delta-rs (:mod:`jobs.lakehouse.driver_rows`): a Spark write of a
-few rows costs a job and a log replay, about a second each on two cores.
+Only the decoded facts (step 3) may be Spark jobs; every other row is computed on the
+driver and committed there with delta-rs (:mod:`jobs.lakehouse.driver_rows`): a Spark
+write of a few rows costs a job and a log replay, about a second each on two cores. A
+load whose tables exist and whose plan is small starts no JVM at all; Spark is started
+(once) only to create or evolve tables, or to decode a large plan.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import functools
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -39,11 +42,11 @@ from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
 from pathlib import Path
 
-import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
 from jobs.lakehouse import tables as T
-from jobs.lakehouse.delta_io import append_once
+from jobs.lakehouse.engine_choice import AUTO, ENGINES
+from jobs.lakehouse.spark_session import SparkOnDemand
 from jobs.lakehouse.tables import Registry
 from jobs.load import state_rows
 from jobs.load.broker_lock import BrokerBusyError, broker_load_lock
@@ -53,13 +56,11 @@ from jobs.load.decode_tasks import (
     COMMITLOG,
     CONSUMEQUEUE,
     INDEX,
-    TASK_DDL,
     DecodeContext,
     Task,
-    decode_function,
     read_report,
-    run_task,
 )
+from jobs.load.fact_writers import DEFAULT_LOCAL_LOAD_MIB, FactWriter, fact_writer
 from jobs.load.plan import (
     DEFAULT_QUEUE_SPLIT_BYTES,
     DEFAULT_SPLIT_BYTES,
@@ -86,6 +87,10 @@ class LoadOptions:
     body_policy: str = "full"
     verify_crc: bool = True
     taken_at: datetime | None = None
+    # Where the facts are decoded: auto (in this process up to local_up_to_mib of plan,
+    # else Spark), local or spark (jobs.load.fact_writers).
+    engine: str = AUTO
+    local_up_to_mib: int = DEFAULT_LOCAL_LOAD_MIB
 
 
 @dataclass
@@ -128,9 +133,10 @@ def rmqlib_version() -> str:
 class SnapshotLoad:
     """One run of :func:`load_snapshot`; holds what the steps share."""
 
-    def __init__(self, spark: SparkSession, registry: Registry, broker: str, snapshot_id: str,
+    def __init__(self, spark: SparkOnDemand, registry: Registry, broker: str, snapshot_id: str,
                  store: Path, options: LoadOptions, progress: Progress) -> None:
         self.spark = spark
+        self.facts: FactWriter | None = None  # chosen once the plan's size is known
         self.registry = registry
         self.broker = broker
         self.snapshot_id = snapshot_id
@@ -201,14 +207,12 @@ class SnapshotLoad:
         result = TableResult(table, tasks=len(tasks))
         clock = time.monotonic()
         if tasks:
+            facts = self.fact_writer()
             planned = sum(t.weight for t in tasks)
-            task_df = self.task_frame(tasks)
-            self.progress(f"{table}: decoding {len(tasks)} task(s) in "
-                          f"{task_df.rdd.getNumPartitions()} Spark task(s), "
-                          f"{planned / 2**20:.1f} MiB planned, on the executors")
-            decoded = task_df.mapInArrow(decode_function(context),
-                                         self.registry[table].contract.spark_schema())
-            append_once(decoded, self.registry[table].location, self.app_id(table), self.seq)
+            self.progress(f"{table}: decoding {len(tasks)} task(s), {planned / 2**20:.1f} MiB "
+                          f"planned, {facts.describe(tasks)}")
+            facts.append(self.registry[table].location, self.registry[table].contract, tasks,
+                         context, self.app_id(table), self.seq)
             reports = self.collect_reports(tasks, context, result)
             self.reports[kind_label] = reports
             result.rows = sum(int(r["rows"]) for r in reports)
@@ -217,13 +221,15 @@ class SnapshotLoad:
         self.summary.results[table] = result
         return result
 
-    def task_frame(self, tasks: list[Task]) -> DataFrame:
-        """A DataFrame of tasks, one Spark partition per group of :func:`pack_tasks`."""
-        groups = pack_tasks(tasks, self.options.split_bytes,
-                            self.spark.sparkContext.defaultParallelism)
-        rdd = self.spark.sparkContext.parallelize(
-            [[t.as_row() for t in group] for group in groups], len(groups))
-        return self.spark.createDataFrame(rdd.flatMap(lambda group: group), TASK_DDL)
+    def fact_writer(self) -> FactWriter:
+        if self.facts is None:
+            raise RuntimeError("the fact writer is chosen after planning")
+        return self.facts
+
+    def choose_fact_writer(self, plan: LoadPlan) -> None:
+        self.facts = fact_writer(self.options.engine, plan.planned_bytes(plan.tasks),
+                                 self.options.local_up_to_mib, self.options.split_bytes,
+                                 self.spark)
 
     def collect_reports(self, tasks: list[Task], context: DecodeContext,
                         result: TableResult) -> list[dict]:
@@ -235,7 +241,7 @@ class SnapshotLoad:
             result.outcome = "skipped" if len(missing) == len(tasks) else "loaded"
             result.detail = (f"{len(missing)} task(s) already committed by an earlier attempt; "
                              "their reports were recomputed")
-            self.task_frame(missing).mapInArrow(_reports_only(context), "task_id STRING").collect()
+            self.fact_writer().run_for_reports(missing, context)
             reports.update({t.task_id: read_report(context.report_dir, t.task_id)
                             for t in missing})
         return [reports[t.task_id] for t in tasks]
@@ -376,6 +382,7 @@ class SnapshotLoad:
                           f"commitlog, {len(plan.queue_tasks)} queue, {len(plan.index_tasks)} "
                           f"index; {plan.planned_bytes(plan.tasks) / 2**20:.1f} MiB past the "
                           "high-water marks")
+            self.choose_fact_writer(plan)
             self.decode_into(T.MESSAGES, COMMITLOG, plan.commitlog_tasks,
                              self.context(T.MESSAGES, COMMITLOG,
                                           commitlog_tail_file=plan.commitlog_tail_file))
@@ -405,53 +412,27 @@ class SnapshotLoad:
         return self.summary
 
 
-def pack_tasks(tasks: list[Task], target_bytes: int, min_groups: int) -> list[list[Task]]:
-    """Group tasks into Spark partitions of about ``target_bytes`` each.
-
-    Many small queue files would otherwise each cost a Spark task and a Parquet file;
-    a commitlog range of ``target_bytes`` stays a partition of its own. At least
-    ``min_groups`` groups (when there are that many tasks) keep every core busy.
-    """
-    total = sum(t.weight for t in tasks)
-    count = min(len(tasks), max(min_groups, -(-total // max(target_bytes, 1))))
-    groups: list[list[Task]] = [[] for _ in range(count)]
-    loads = [0] * count
-    for task in sorted(tasks, key=lambda t: -t.weight):
-        lightest = loads.index(min(loads))
-        groups[lightest].append(task)
-        loads[lightest] += task.weight
-    order = {t.task_id: i for i, t in enumerate(tasks)}
-    return [sorted(g, key=lambda t: order[t.task_id]) for g in groups if g]
-
-
-def _reports_only(context: DecodeContext) -> Callable[[Iterator[pa.RecordBatch]],
-                                                      Iterator[pa.RecordBatch]]:
-    """Run tasks for their reports only (rows are dropped on the executor)."""
-
-    def run(task_batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in task_batches:
-            for row in batch.to_pylist():
-                task = Task(**row)
-                for _ in run_task(task, context):
-                    pass
-                yield pa.RecordBatch.from_pydict({"task_id": [task.task_id]})
-
-    return run
-
-
-def load_snapshot(spark: SparkSession, broker: str, snapshot_id: str, store: str | Path,
-                  options: LoadOptions | None = None, *, registry: Registry | None = None,
+def load_snapshot(spark: SparkSession | SparkOnDemand, broker: str, snapshot_id: str,
+                  store: str | Path, options: LoadOptions | None = None, *,
+                  registry: Registry | None = None,
                   progress: Progress | None = None) -> LoadSummary:
-    """Load ``store`` (a snapshot directory of broker ``broker``) as ``snapshot_id``."""
+    """Load ``store`` (a snapshot directory of broker ``broker``) as ``snapshot_id``.
+
+    ``spark`` may be a :class:`SparkOnDemand`: it is then started only if the tables must
+    be created or evolved, or the plan is decoded on Spark.
+    """
     options = options or LoadOptions()
     if options.body_policy not in BODY_POLICIES:
         raise LoadRefusedError(f"body policy must be one of {', '.join(BODY_POLICIES)}")
+    if options.engine not in ENGINES:
+        raise LoadRefusedError(f"load engine must be one of {', '.join(ENGINES)}")
     if not broker or not snapshot_id:
         raise LoadRefusedError("a broker name and a snapshot id are required")
     store = Path(store).resolve()
-    registry = (registry or Registry(spark)).ensure(names=False)
+    on_demand = spark if isinstance(spark, SparkOnDemand) else SparkOnDemand(lambda: spark)
+    registry = ready_registry(on_demand, registry)
     try:
-        load = SnapshotLoad(spark, registry, broker, snapshot_id, store, options,
+        load = SnapshotLoad(on_demand, registry, broker, snapshot_id, store, options,
                             progress or (lambda _message: None))
     except StoreError as error:
         raise LoadRefusedError(f"{store} is not a readable broker store: {error}") from error
@@ -460,6 +441,17 @@ def load_snapshot(spark: SparkSession, broker: str, snapshot_id: str, store: str
             return load.run()
     except BrokerBusyError as error:
         raise LoadRefusedError(str(error)) from error
+
+
+def ready_registry(spark: SparkOnDemand, registry: Registry | None) -> Registry:
+    """The warehouse's tables, ready to be written. A registry without Spark serves when
+    every table exists at its contract (delta-rs reads and appends); otherwise Spark is
+    started to create or evolve them."""
+    if registry is None:
+        return Registry(spark()).ensure(names=False)
+    if registry.spark is None and not registry.is_ready():
+        registry = Registry(spark(), registry.warehouse)
+    return registry.ensure(names=False)
 
 
 __all__ = ["BATCHCONSUMEQUEUE", "CONSUMEQUEUE", "LoadOptions", "LoadRefusedError",
