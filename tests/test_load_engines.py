@@ -9,6 +9,8 @@ re-run, which must leave the tables as one clean load does.
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -71,8 +73,9 @@ def test_a_nothing_new_night_starts_no_spark(spark, broker_stores, tmp_path):  #
 def test_an_in_process_load_killed_after_its_appends_is_finished_by_a_rerun(  # type: ignore[no-untyped-def]
         spark, golden, broker_stores, tmp_path, monkeypatch):
     """Killed after queue_entries were committed (messages too), before the marks and the
-    snapshot's status: the re-run skips both appends (Delta's txn), recomputes their
-    reports, and the tables equal the golden Spark load's."""
+    snapshot's status, its task reports lost with it: the re-run skips both appends
+    (Delta's txn), decodes again only to recompute their reports, and the tables equal the
+    golden Spark load's, each row once."""
     store = broker_stores[VARIANT] / "store"
     real_append = fact_writers.InProcessFacts.append
 
@@ -89,6 +92,7 @@ def test_an_in_process_load_killed_after_its_appends_is_finished_by_a_rerun(  # 
     assert {row["status"] for row in registry.read_rows(T.SNAPSHOTS, broker=BROKER)} == \
         {"loading"}
 
+    shutil.rmtree(tmp_path / "_rmq_task_reports")
     _, summary = load(spark, tmp_path, BROKER, "s1", store, IN_PROCESS_OPTIONS)
     assert summary.results[T.MESSAGES].outcome == "skipped"
     assert summary.results[T.QUEUE_ENTRIES].outcome == "skipped"
