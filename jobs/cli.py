@@ -53,8 +53,8 @@ def _parser() -> argparse.ArgumentParser:
     load.add_argument("--query", action="append", default=[], metavar="NAME",
                       help="after the load, show this saved query (no parameters)")
     load.add_argument("--engine", choices=ENGINE_CHOICES, default="auto",
-                      help="where what is new gets decoded: local (this process, no JVM, "
-                      "once the tables exist), spark (the executors), or auto (default): "
+                      help="where what is new gets decoded: local (this process, no JVM), "
+                      "spark (the executors), or auto (default): "
                       "local up to --local-up-to-mib past the high-water marks")
     load.add_argument("--local-up-to-mib", type=int, default=64, metavar="MIB",
                       help="auto's limit (default 64, as config/pipeline.yaml)")

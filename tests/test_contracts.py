@@ -478,6 +478,33 @@ def test_contract_ddl_builds_exactly_the_described_tables(spark, tmp_path: Path)
 
 
 @pytest.mark.spark
+def test_delta_rs_creates_each_table_as_spark_ddl_does(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """jobs.lakehouse.table_ddl (delta-rs, what the registry uses) and the contract's
+    CREATE TABLE on Spark give the same protocol, table metadata and schema (types,
+    nullability, comments), and Spark reads the delta-rs table with the contract's schema."""
+    from deltalake import DeltaTable
+
+    from jobs.lakehouse.table_ddl import create_table
+
+    spark.sql("CREATE DATABASE IF NOT EXISTS contract_ddl")
+    for table, contract in load_contracts().items():
+        by_spark, by_delta_rs = tmp_path / "spark" / table, tmp_path / "delta-rs" / table
+        spark.sql(contract.create_table_sql(f"contract_ddl.{table}", str(by_spark)))
+        create_table(contract, str(by_delta_rs))
+        theirs, ours = DeltaTable(str(by_spark)), DeltaTable(str(by_delta_rs))
+        assert (ours.protocol().min_reader_version, ours.protocol().min_writer_version,
+                ours.protocol().reader_features, ours.protocol().writer_features) == (
+            theirs.protocol().min_reader_version, theirs.protocol().min_writer_version,
+            theirs.protocol().reader_features, theirs.protocol().writer_features), table
+        for attribute in ("partition_columns", "configuration", "description", "name"):
+            assert getattr(ours.metadata(), attribute) == getattr(theirs.metadata(),
+                                                                  attribute), (table, attribute)
+        assert json.loads(ours.schema().to_json()) == json.loads(theirs.schema().to_json())
+        schema = spark.read.format("delta").load(str(by_delta_rs)).schema
+        assert schema_drift(contract, schema) == [], table
+
+
+@pytest.mark.spark
 def test_drifted_table_is_reported(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Comments with quotes, backslashes and newlines survive the DDL; then the table is
     altered the ways tables drift, and each change is named."""

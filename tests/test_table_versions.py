@@ -142,6 +142,37 @@ def test_a_minor_bump_adds_nullable_columns_in_place(spark, loaded):  # type: ig
     assert inspect_table(table.location).recorded_version == newer.version
 
 
+CREATE_ALL = """
+import sys
+from jobs.lakehouse.tables import Registry
+Registry(None, sys.argv[1]).ensure()
+"""
+
+
+def test_processes_creating_the_tables_at_once_all_get_the_same_tables(tmp_path: Path) -> None:
+    """Four processes bring a fresh warehouse to its contracts at once, with delta-rs (no
+    Spark): every one succeeds, each table has exactly one creating commit, and every
+    table is ready (the first night of a fleet, whose loads all find no tables)."""
+    import os
+
+    warehouse = tmp_path / "warehouse"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    racers = [subprocess.Popen([sys.executable, "-c", CREATE_ALL, str(warehouse)], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+              for _ in range(4)]
+    outputs = [racer.communicate(timeout=300)[0] for racer in racers]
+    assert [racer.returncode for racer in racers] == [0] * 4, outputs
+    for name in T.TABLES:
+        location = T.table_location(warehouse, name)
+        assert sorted(p.name for p in (location / "_delta_log").glob("*.json")) == [
+            f"{0:020d}.json"], name
+    registry = Registry(None, warehouse)
+    for name in T.TABLES:
+        assert inspect_table(registry[name].location).recorded_version == \
+            registry[name].contract.version
+        assert registry.drift(name) == [], name
+
+
 def test_a_table_from_newer_code_is_refused(spark, loaded, tmp_path: Path):  # type: ignore[no-untyped-def]
     registry = Registry(spark, loaded.warehouse)
     table = registry[T.ALERTS]

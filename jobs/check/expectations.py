@@ -30,6 +30,7 @@ import functools
 import logging
 import re
 import time
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +61,7 @@ from jobs.lakehouse.contracts import Contract, quote_identifier
 from jobs.lakehouse.tables import LOAD_RUNS, LOAD_STATE, RETENTION_GAPS, Registry
 
 if TYPE_CHECKING:
+    import pandas as pd
     from great_expectations.core import (
         ExpectationSuiteValidationResult,
         ExpectationValidationResult,
@@ -547,14 +549,35 @@ def offending_rows(provider: type[QueryMetricProvider], execution_engine: Pandas
                    metric_domain_kwargs: dict, metric_value_kwargs: dict) -> pa.Table:
     """A contract SQL rule's rows on the batch, in DuckDB: the Spark SQL translated, the
     batch given as the columns the rule names (Arrow from the pandas frame)."""
-    import duckdb
-    import sqlglot
-    from sqlglot import exp
-
     frame, _, _ = execution_engine.get_compute_domain(metric_domain_kwargs,
                                                       domain_type=MetricDomainTypes.TABLE)
     query = to_duckdb(provider._format_query(
         provider._get_query_from_metric_value_kwargs(metric_value_kwargs), batch="batch"))
+    # GX asks for a rule's row count and its rows as two metrics: run the query once.
+    answered = _answers_of(frame)
+    if query not in answered:
+        answered[query] = _rule_rows(frame, query)
+    return answered[query]
+
+
+# {id(frame): {query: rows}} of the frames alive; a frame's entry goes when the frame does,
+# so an id is never taken for another frame's (a frame GX derives gets its own).
+_ANSWERS: dict[int, dict[str, pa.Table]] = {}
+
+
+def _answers_of(frame: pd.DataFrame) -> dict[str, pa.Table]:
+    key = id(frame)
+    if key not in _ANSWERS:
+        _ANSWERS[key] = {}
+        weakref.finalize(frame, _ANSWERS.pop, key, None)
+    return _ANSWERS[key]
+
+
+def _rule_rows(frame: pd.DataFrame, query: str) -> pa.Table:
+    import duckdb
+    import sqlglot
+    from sqlglot import exp
+
     named = {column.name for column in sqlglot.parse_one(query, read="duckdb")
              .find_all(exp.Column)}
     rows = frame.attrs.get(ARROW_ROWS)

@@ -234,11 +234,14 @@ class Contract:
             for c in self.columns
         ])
 
-    def arrow_schema(self) -> pa.Schema:
-        """The same columns as Arrow types, as Spark converts them (UTC microseconds)."""
+    def arrow_schema(self, *, comments: bool = False) -> pa.Schema:
+        """The same columns as Arrow types, as Spark converts them (UTC microseconds);
+        with ``comments``, each description as its field's ``comment`` metadata, which
+        is where a Delta schema keeps column comments."""
         import pyarrow as pa
 
-        return pa.schema([pa.field(c.name, c.sql_type.arrow_type(), nullable=not c.required)
+        return pa.schema([pa.field(c.name, c.sql_type.arrow_type(), nullable=not c.required,
+                                   metadata={"comment": c.description} if comments else None)
                           for c in self.columns])
 
     def create_table_sql(self, qualified_name: str, location: str, *, replace: bool = False,

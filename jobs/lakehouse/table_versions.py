@@ -4,7 +4,7 @@ Every table records the version of the data contract it was made from in the Del
 property ``rmq.contract.version``. When the code's contract differs from the table's:
 
 * same major, newer minor: the table is **evolved in place** (the minor version may only
-  add nullable columns; they are appended with ``ALTER TABLE ... ADD COLUMNS``);
+  add nullable columns; they are appended by :mod:`jobs.lakehouse.table_ddl`);
 * another major, or no recorded version (a table made before versions were recorded): the
   job **refuses** and names ``python -m jobs migrate``, which rewrites the table offline
   (``jobs.lakehouse.migrate``);
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from jobs.lakehouse.contracts import CONTRACT_VERSION, Contract
+from jobs.lakehouse.contracts import CONTRACT_VERSION, Column, Contract
 from jobs.lakehouse.driver_rows import exists
 
 # Set while `jobs migrate` rewrites a table: the Delta version holding the rows it copies.
@@ -98,9 +98,9 @@ def decide(contract: Contract, found: TableInspection) -> tuple[Action, str]:
     return Action.READY, f"{name} is at contract {found.recorded_version}"
 
 
-def columns_to_add(contract: Contract, found: TableInspection) -> list[str]:
-    """The ``ADD COLUMNS`` items of a minor evolution; refuses a required new column."""
-    from jobs.lakehouse.contracts import ContractError, quote_identifier, sql_literal
+def new_columns(contract: Contract, found: TableInspection) -> list[Column]:
+    """The columns a minor evolution adds; refuses a required new column."""
+    from jobs.lakehouse.contracts import ContractError
 
     new = [c for c in contract.columns if c.name not in found.columns]
     required = [c.name for c in new if c.required]
@@ -108,8 +108,7 @@ def columns_to_add(contract: Contract, found: TableInspection) -> list[str]:
         raise ContractError(f"contract {contract.table} {contract.version} adds required "
                             f"column(s) {', '.join(required)} in a minor version: a minor "
                             "version may only add nullable columns (make it a major one)")
-    return [f"{quote_identifier(c.name)} {c.spark_type} COMMENT {sql_literal(c.description)}"
-            for c in new]
+    return new
 
 
 class ContractVersionError(RuntimeError):

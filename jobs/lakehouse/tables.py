@@ -11,21 +11,23 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jobs.lakehouse import driver_rows
-from jobs.lakehouse.contracts import CONTRACT_VERSION, Contract, load_contracts, schema_drift
+from jobs.lakehouse.contracts import Contract, load_contracts, schema_drift
 from jobs.lakehouse.jars import REPO_ROOT
+from jobs.lakehouse.table_ddl import create_table, evolve_table
 from jobs.lakehouse.table_versions import (
     MIGRATE_COMMAND,
     Action,
     ContractVersionError,
-    columns_to_add,
     decide,
     inspect_table,
+    new_columns,
 )
 
 if TYPE_CHECKING:  # the DAG imports the table names while parsing: no pyspark for that
@@ -145,63 +147,36 @@ class Registry:
         """Bring every table to its contract; point ``rmq.<table>`` at it.
 
         A missing table is created, a table one minor contract version behind is evolved
-        (:mod:`jobs.lakehouse.table_versions`), a table of another major version is
-        refused with the migration command. Creation and evolution are safe to race: the
-        loser of a race finds the table made by the winner and uses it.
+        (:mod:`jobs.lakehouse.table_ddl`, with delta-rs: no Spark needed), a table of
+        another major version is refused with the migration command. Creation and
+        evolution are safe to race: the loser of a race finds the table made by the
+        winner and uses it.
 
-        The session catalog is in memory, so names are (re)registered per process; a
-        session that switches warehouses re-points the names at the new one. Loads
-        address tables by path and pass ``names=False``, which skips registering the
-        tables that already exist (a second or so each).
+        Names exist only in a Spark session: its catalog is in memory, so names are
+        (re)registered per process, and a session that switches warehouses re-points
+        them at the new one. Loads address tables by path and pass ``names=False``.
         """
-        if self._ready and (self._named or not names):
-            return self
-        if self.spark is None:
-            return self._verify_ready()
+        if not self._ready:
+            # Each creation is a Delta commit of its own, mostly waiting: a few at once.
+            with ThreadPoolExecutor(max_workers=4) as pool:
+                for future in [pool.submit(self.bring_to_contract, t)
+                               for t in self.tables.values()]:
+                    future.result()
+            self._ready = True
+        if names and self.spark is not None and not self._named:
+            self._register_names()
+            self._named = True
+        return self
+
+    def _register_names(self) -> None:
         self.spark.sql(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
         registered = _REGISTERED.setdefault(id(self.spark.sparkContext), {})
-
-        def prepare(table: Table) -> None:
-            name = table.qualified_name
-            if self.bring_to_contract(table):
-                registered[name] = table.location  # CREATE TABLE registered the name
-                return
-            if not names or registered.get(name) == table.location:
-                return
-            self.register_name(table)
-            registered[name] = table.location
-
-        # Each CREATE is a Delta commit of its own, mostly waiting: a few at once.
+        unregistered = [t for t in self.tables.values()
+                        if registered.get(t.qualified_name) != t.location]
         with ThreadPoolExecutor(max_workers=4) as pool:
-            for future in [pool.submit(prepare, t) for t in self.tables.values()]:
+            for future in [pool.submit(self.register_name, t) for t in unregistered]:
                 future.result()
-        self._ready = True
-        self._named = self._named or names
-        return self
-
-    def _verify_ready(self) -> Registry:
-        """Without Spark nothing can be created or evolved: every table must be ready."""
-        unready = self._unready()
-        if unready:
-            table, reason = unready[0]
-            raise TableDriftError(f"{table.qualified_name}: {reason} (a load creates or "
-                                  "evolves the tables; this step only reads and appends)")
-        self._ready = True
-        return self
-
-    def is_ready(self) -> bool:
-        """Whether every table exists at its contract (read from the Delta logs with
-        delta-rs, no Spark): then nothing needs creating or evolving."""
-        self._ready = self._ready or not self._unready()
-        return self._ready
-
-    def _unready(self) -> list[tuple[Table, str]]:
-        found = []
-        for table in self.tables.values():
-            action, reason = decide(table.contract, inspect_table(table.location))
-            if action is not Action.READY:
-                found.append((table, reason))
-        return found
+        registered.update({t.qualified_name: t.location for t in unregistered})
 
     def register_name(self, table: Table) -> None:
         """Point ``rmq.<table>`` at the table as it is on disk now (the session catalog
@@ -220,19 +195,13 @@ class Registry:
         found = inspect_table(table.location)
         action, reason = decide(table.contract, found)
         if action is Action.CREATE:
-            sql = table.contract.create_table_sql(table.qualified_name, table.location)
-            if self._race_safely(table, f"create {table.qualified_name}",
-                                 f"DROP TABLE IF EXISTS {table.qualified_name}", sql):
-                return True
-        elif action is Action.EVOLVE:
-            path = f"delta.`{table.location}`"
-            added = columns_to_add(table.contract, found)
-            statements = [f"ALTER TABLE {path} ADD COLUMNS ({', '.join(added)})"] if added \
-                else []
-            statements.append(f"ALTER TABLE {path} SET TBLPROPERTIES "
-                              f"('{CONTRACT_VERSION}' = '{table.contract.version}')")
+            return self._race_safely(table, f"create {table.qualified_name}", lambda: (
+                create_table(table.contract, table.location)))
+        if action is Action.EVOLVE:
+            new = new_columns(table.contract, found)  # refuses a new NOT NULL column
             log.info("%s; evolving the table in place", reason)
-            self._race_safely(table, f"evolve {table.qualified_name}", *statements)
+            self._race_safely(table, f"evolve {table.qualified_name}", lambda: (
+                evolve_table(table.contract, table.location, new)))
         elif action is Action.MIGRATE:
             raise ContractVersionError(f"{reason}. Run `{MIGRATE_COMMAND} --warehouse "
                                        f"{self.warehouse}` once, with no load or check running")
@@ -240,18 +209,16 @@ class Registry:
             raise ContractVersionError(reason)
         return False
 
-    def _race_safely(self, table: Table, what: str, *statements: str) -> bool:
-        """Run DDL that a concurrent process may be running too; True when ours won.
+    def _race_safely(self, table: Table, what: str, change: Callable[[], None]) -> bool:
+        """Make a table change a concurrent process may be making too; True when ours won.
 
-        Delta lets one writer create (or alter) a table and fails the others
-        (``ProtocolChangedException`` WRITE_TO_EMPTY_DIRECTORY, "create the table ahead
-        of time", or ``DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION`` when the winner's
-        log is half written). A loser waits, bounded, until the table is ready and uses
-        it; if it never becomes ready, the original error is raised.
+        The Delta log takes one commit per version, put-if-absent: of two processes
+        creating (or evolving) a table at once, one commits and the other fails. A loser
+        waits, bounded, until the table is ready and uses it; if it never becomes ready,
+        the original error is raised.
         """
         try:
-            for statement in statements:
-                self.spark.sql(statement)
+            change()
             return True
         except Exception as error:
             deadline = time.monotonic() + RACE_WAIT_S

@@ -23,9 +23,10 @@ replaces rows of the load's own ``broker`` partition, which Delta never sees as 
 
 Only the decoded facts (step 3) may be Spark jobs; every other row is computed on the
 driver and committed there with delta-rs (:mod:`jobs.lakehouse.driver_rows`): a Spark
-write of a few rows costs a job and a log replay, about a second each on two cores. A
-load whose tables exist and whose plan is small starts no JVM at all; Spark is started
-(once) only to create or evolve tables, or to decode a large plan.
+write of a few rows costs a job and a log replay, about a second each on two cores. Tables
+are created with delta-rs too (:mod:`jobs.lakehouse.table_ddl`), so a load whose plan is
+small starts no JVM at all, first night included; Spark is started only to decode a plan
+beyond ``local_up_to_mib``.
 """
 
 from __future__ import annotations
@@ -444,14 +445,9 @@ def load_snapshot(spark: SparkSession | SparkOnDemand, broker: str, snapshot_id:
 
 
 def ready_registry(spark: SparkOnDemand, registry: Registry | None) -> Registry:
-    """The warehouse's tables, ready to be written. A registry without Spark serves when
-    every table exists at its contract (delta-rs reads and appends); otherwise Spark is
-    started to create or evolve them."""
-    if registry is None:
-        return Registry(spark()).ensure(names=False)
-    if registry.spark is None and not registry.is_ready():
-        registry = Registry(spark(), registry.warehouse)
-    return registry.ensure(names=False)
+    """The warehouse's tables, created or evolved if need be (delta-rs: no Spark); only
+    a registry given without a warehouse takes it from the Spark session."""
+    return (registry or Registry(spark())).ensure(names=False)
 
 
 __all__ = ["BATCHCONSUMEQUEUE", "CONSUMEQUEUE", "LoadOptions", "LoadRefusedError",

@@ -1,0 +1,49 @@
+"""Create and evolve the lakehouse tables from their data contracts, with delta-rs.
+
+A table is created as Spark's ``CREATE TABLE`` of :meth:`Contract.create_table_sql` would
+create it: the same schema (types, NOT NULL, the descriptions as column comments), the same
+partition columns, table comment and properties (``rmq.contract.version`` among them), and
+the same protocol (reader 1, writer 2). tests/test_contracts.py creates every table both
+ways and compares the Delta logs' metadata. Doing it without Spark means a load whose
+tables do not exist yet (a new warehouse, a fleet's first night) starts no JVM for them,
+and a creation race between processes is decided by the Delta log's first commit (written
+atomically, put-if-absent), never by a half-made directory.
+
+A minor contract version evolves a table in place: its new nullable columns are added, then
+the recorded version is raised (two commits, as Spark's two ALTER TABLE statements were).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from jobs.lakehouse.contracts import CONTRACT_VERSION
+
+if TYPE_CHECKING:
+    from jobs.lakehouse.contracts import Column, Contract
+
+
+def create_table(contract: Contract, location: str) -> None:
+    """Create the table at ``location``; fails when any commit is already there."""
+    from deltalake import DeltaTable
+
+    DeltaTable.create(location, contract.arrow_schema(comments=True), mode="error",
+                      partition_by=list(contract.partition_columns) or None,
+                      description=contract.description,
+                      configuration={**contract.table_properties,
+                                     CONTRACT_VERSION: contract.version},
+                      raise_if_key_not_exists=False)
+
+
+def evolve_table(contract: Contract, location: str, new: list[Column]) -> None:
+    """Add the contract's ``new`` columns (:func:`table_versions.new_columns`) and record
+    its version."""
+    from deltalake import DeltaTable, Field
+
+    table = DeltaTable(location)
+    added = {c.name for c in new}
+    if added:
+        table.alter.add_columns([Field.from_arrow(field) for field in
+                                 contract.arrow_schema(comments=True) if field.name in added])
+    table.alter.set_table_properties({CONTRACT_VERSION: contract.version},
+                                     raise_if_not_exists=False)
