@@ -2,9 +2,9 @@
 
 tests/test_load_golden.py and tests/test_load_incremental.py hold the in-process path to
 the very rows Spark writes, on the four real-broker stores and on three successive
-snapshots of a running broker. Here: the choice itself, a nothing-new night that starts
-no Spark at all, and an in-process load killed between its appends and finished by a
-re-run, which must leave the tables as one clean load does.
+snapshots of a running broker. Here: the choice itself; a small broker's first and
+nothing-new nights, which start no Spark at all; and an in-process load killed between
+its appends and finished by a re-run, which must leave the tables as one clean load does.
 """
 
 from __future__ import annotations
@@ -48,15 +48,23 @@ def _no_spark() -> object:
     raise AssertionError("this load must not start Spark")
 
 
-def test_a_nothing_new_night_starts_no_spark(spark, broker_stores, tmp_path):  # type: ignore[no-untyped-def]
-    """Once the tables exist, a snapshot with nothing new past the marks (the same store
-    again) is read, planned, decoded and committed without a JVM: the on-demand session
-    that would start Spark raises if called."""
+def test_a_small_brokers_nights_start_no_spark(golden, broker_stores, tmp_path):  # type: ignore[no-untyped-def]
+    """A first night into a fresh warehouse (tables created with delta-rs, the store
+    decoded in process) and a night with nothing new (the same store again: queue tails
+    read, the night's state committed) run without a JVM: the on-demand session that would
+    start Spark raises if called. The first night's rows equal the golden Spark load's."""
     store = broker_stores[VARIANT] / "store"
-    load(spark, tmp_path, BROKER, "s1", store)  # Spark creates the tables
     registry = Registry(None, tmp_path)
+    first = load_snapshot(SparkOnDemand(_no_spark), BROKER, "s1", store,  # type: ignore[arg-type]
+                          LoadOptions(), registry=registry)
+    golden_registry, golden_summaries = golden
+    assert first.results[T.MESSAGES].rows == golden_summaries[VARIANT].results[T.MESSAGES].rows
+    for name in LOADED_TABLES:
+        assert broker_rows(registry, name, BROKER) == broker_rows(golden_registry, name,
+                                                                  VARIANT), name
+
     summary = load_snapshot(SparkOnDemand(_no_spark), BROKER, "s2", store,  # type: ignore[arg-type]
-                            LoadOptions(), registry=registry)
+                            LoadOptions(), registry=Registry(None, tmp_path))
     assert not summary.skipped
     assert summary.results[T.QUEUE_ENTRIES].tasks > 0  # the queue tails were read again
     assert summary.results[T.MESSAGES].rows == 0
@@ -66,7 +74,7 @@ def test_a_nothing_new_night_starts_no_spark(spark, broker_stores, tmp_path):  #
               for night in ("s1", "s2")]
     assert len(topics[0]) == len(topics[1]) > 0  # the night's state was written all the same
     again = load_snapshot(SparkOnDemand(_no_spark), BROKER, "s2", store,  # type: ignore[arg-type]
-                          LoadOptions(), registry=registry)
+                          LoadOptions(), registry=Registry(None, tmp_path))
     assert again.skipped
 
 
