@@ -579,8 +579,13 @@ def killed(airflow, growing_store, tmp_path_factory):  # type: ignore[no-untyped
     port = free_port()
     store = growing_store / "snapshots" / "s1" / "store"   # only read
     # the module's pipeline config (RMQ_PIPELINE_CONFIG): the same warehouse, so the same
-    # Asset URIs as the runs before (Airflow deactivates an asset name whose URI changed)
-    env = {**os.environ,
+    # Asset URIs as the runs before (Airflow deactivates an asset name whose URI changed);
+    # the load decodes on Spark, so that it is still running seconds after it started (in
+    # process, this small store's load can be over before the kill)
+    config = work / "pipeline-spark-load.yaml"
+    config.write_text(json.dumps({**json.loads(Path(os.environ["RMQ_PIPELINE_CONFIG"])
+                                               .read_text()), "load_engine": "spark"}))
+    env = {**os.environ, "RMQ_PIPELINE_CONFIG": str(config),
            "AIRFLOW_VAR_RMQ_BROKERS": json.dumps([{"name": KILLED_BROKER, "store": str(store)}]),
            **local_executor_env(port),
            # if the kill hits a task's supervisor instead of the task, the heartbeat
