@@ -24,15 +24,20 @@ if TYPE_CHECKING:
 
 
 def create_table(contract: Contract, location: str) -> None:
-    """Create the table at ``location``; fails when any commit is already there."""
-    from deltalake import DeltaTable
+    """Create the table at ``location``; fails when any commit is already there.
+
+    No commit retries: delta-rs would otherwise retry a creation that lost the race for
+    version 0 as version 1, declaring the table a second time over the winner's.
+    """
+    from deltalake import CommitProperties, DeltaTable
 
     DeltaTable.create(location, contract.arrow_schema(comments=True), mode="error",
                       partition_by=list(contract.partition_columns) or None,
                       description=contract.description,
                       configuration={**contract.table_properties,
                                      CONTRACT_VERSION: contract.version},
-                      raise_if_key_not_exists=False)
+                      raise_if_key_not_exists=False,
+                      commit_properties=CommitProperties(max_commit_retries=0))
 
 
 def evolve_table(contract: Contract, location: str, new: list[Column]) -> None:

@@ -169,7 +169,6 @@ class Registry:
         return self
 
     def _register_names(self) -> None:
-        self.spark.sql(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
         registered = _REGISTERED.setdefault(id(self.spark.sparkContext), {})
         unregistered = [t for t in self.tables.values()
                         if registered.get(t.qualified_name) != t.location]
@@ -182,7 +181,8 @@ class Registry:
         """Point ``rmq.<table>`` at the table as it is on disk now (the session catalog
         keeps its own copy of an external table's schema and layout, so a table whose
         layout changed must be registered again)."""
-        self.spark.sql(f"DROP TABLE IF EXISTS {table.qualified_name}")  # metadata only
+        self.spark.sql(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")  # metadata only
+        self.spark.sql(f"DROP TABLE IF EXISTS {table.qualified_name}")
         self.spark.sql(f"CREATE TABLE {table.qualified_name} USING DELTA "
                        f"LOCATION '{table.location}'")
 
