@@ -56,8 +56,8 @@ def _parser() -> argparse.ArgumentParser:
                       help="where what is new gets decoded: local (this process, no JVM), "
                       "spark (the executors), or auto (default): "
                       "local up to --local-up-to-mib past the high-water marks")
-    load.add_argument("--local-up-to-mib", type=int, default=64, metavar="MIB",
-                      help="auto's limit (default 64, as config/pipeline.yaml)")
+    load.add_argument("--local-up-to-mib", type=int, default=256, metavar="MIB",
+                      help="auto's limit (default 256, as config/pipeline.yaml)")
 
     check = commands.add_parser("check", help="check a loaded snapshot: reconcile, Great "
                                 "Expectations, nightly report, alert")

@@ -14,7 +14,7 @@ time_travel_days: 7              # maintenance VACUUM keeps every table version 
 check_engine: auto               # auto: local (DuckDB, no JVM) up to local_checks_up_to_mib
 local_checks_up_to_mib: 256      # ... of commitlog in the store, else spark
 load_engine: auto                # auto: decode in the task's process up to local_load_up_to_mib
-local_load_up_to_mib: 64         # ... of bytes past the high-water marks, else on Spark
+local_load_up_to_mib: 256        # ... of bytes past the high-water marks, else on Spark
 deliver_alerts: true             # false: alerts are recorded and logged, not sent
 alerts_config: config/alerts.yaml  # thresholds, consumer-status window, reminders, channels
 brokers:
@@ -85,7 +85,7 @@ class PipelineConfig:
     check_engine: str = "auto"
     local_checks_up_to_mib: int = 256
     load_engine: str = "auto"
-    local_load_up_to_mib: int = 64
+    local_load_up_to_mib: int = 256
     alerts_config: Path = REPO_ROOT / "config" / "alerts.yaml"
 
     @property
@@ -140,7 +140,7 @@ def load_config(path: str | Path | None = None) -> PipelineConfig:
         check_engine=_choice(path, document, "check_engine", "auto", ENGINES),
         local_checks_up_to_mib=int(_at_least(path, document, "local_checks_up_to_mib", 256, 0)),
         load_engine=_choice(path, document, "load_engine", "auto", ENGINES),
-        local_load_up_to_mib=int(_at_least(path, document, "local_load_up_to_mib", 64, 0)),
+        local_load_up_to_mib=int(_at_least(path, document, "local_load_up_to_mib", 256, 0)),
     )
 
 

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     from jobs.lakehouse.contracts import Contract
 
-DEFAULT_LOCAL_LOAD_MIB = 64  # config/pipeline.yaml's local_load_up_to_mib
+DEFAULT_LOCAL_LOAD_MIB = 256  # config/pipeline.yaml's local_load_up_to_mib
 
 
 class FactWriter(Protocol):
