@@ -33,7 +33,8 @@ ENGINE_CHOICES = ("auto", "local", "spark")  # jobs.lakehouse.engine_choice.ENGI
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m jobs", description=__doc__.split("\n")[0])
-    parser.add_argument("--master", help="Spark master URL (default RMQ_SPARK_MASTER or local[2])")
+    parser.add_argument("--master", help="Spark master URL (default RMQ_SPARK_MASTER or "
+                        "local[2]), for the steps that run on Spark (--engine)")
     parser.add_argument("--warehouse", help="warehouse directory (default RMQ_WAREHOUSE)")
     commands = parser.add_subparsers(dest="command", required=True)
 

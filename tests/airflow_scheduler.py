@@ -42,16 +42,19 @@ def is_spark_driver(cmdline: bytes) -> bool:
             and SPARK_LAUNCHER not in argv)
 
 
-def write_pipeline_config(work: Path, pool: str, slots: int) -> Path:
+def write_pipeline_config(work: Path, pool: str, slots: int,
+                          settings: dict[str, object] | None = None) -> Path:
     """``work/pipeline.yaml``: snapshots and warehouse under ``work``, the Spark pool, no
     retries, alerts recorded but not delivered, and a schedule that never fires on its own
-    (unpausing a DAG with a daily cron makes the scheduler create today's run too)."""
+    (unpausing a DAG with a daily cron makes the scheduler create today's run too); then
+    ``settings``."""
     config = work / "pipeline.yaml"
     config.write_text(json.dumps({
         "schedule": NEVER_ON_ITS_OWN, "snapshot_root": str(work / "snapshots"),
         "warehouse": str(work / "warehouse"), "retention_days": 7, "retries": 0,
         "retry_delay_s": 1, "deliver_alerts": False, "brokers": [], "spark_pool": pool,
-        "spark_pool_slots": slots, "alerts_config": str(REPO / "config" / "alerts.yaml")}))
+        "spark_pool_slots": slots, "alerts_config": str(REPO / "config" / "alerts.yaml"),
+        **(settings or {})}))
     return config
 
 
@@ -264,13 +267,14 @@ def _epoch(text: str | None) -> float | None:
 
 @contextmanager
 def deployment(work: Path, brokers: list[dict], pool: str, slots: int,
-               extra_env: dict[str, str] | None = None) -> Iterator[Deployment]:
+               extra_env: dict[str, str] | None = None,
+               settings: dict[str, object] | None = None) -> Iterator[Deployment]:
     """A fresh Airflow home (``work/airflow``) with ``rmq_nightly`` unpaused, ``pool`` of
     ``slots``, the brokers as the ``rmq_brokers`` Variable, and the daemons running; the
     pipeline's snapshots and warehouse under ``work`` (see :func:`write_pipeline_config`)."""
     home = work / "airflow"
     home.mkdir(parents=True, exist_ok=True)
-    pipeline_config = write_pipeline_config(work, pool, slots)
+    pipeline_config = write_pipeline_config(work, pool, slots, settings)
     port = free_port()
     env = {**os.environ, **local_executor_env(port),
            "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),

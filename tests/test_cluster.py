@@ -207,7 +207,9 @@ def test_a_load_runs_on_the_executors_of_a_standalone_cluster(  # type: ignore[n
     store = broker_stores["v5-clean"] / "store"
     warehouse = tmp_path / "warehouse"
     records = sum(1 for _ in scan_store(store / "commitlog"))
-    load = ["--warehouse", str(warehouse), "load", "--broker", "b", "--quiet"]
+    # --engine spark: a store this small is otherwise decoded in process, not on the cluster
+    load = ["--warehouse", str(warehouse), "load", "--broker", "b", "--quiet", "--engine",
+            "spark"]
 
     app_id, app = run_driver(
         spark_cluster, [PYTHON, "-m", "jobs", "--master", spark_cluster.url, *load,

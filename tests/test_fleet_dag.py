@@ -36,8 +36,11 @@ def test_a_scheduled_dag_run_of_four_brokers_keeps_to_the_spark_pool(  # type: i
     """
     brokers = [{"name": broker, "store": str(broker_stores[variant] / "store")}
                for broker, variant in FLEET.items()]
+    # The loads decode on Spark: these small stores would otherwise load in process and
+    # no task would start a JVM for the pool to bound.
     with deployment(tmp_path, brokers, POOL, SLOTS,
-                    extra_env={DRIVER_MEMORY_ENV: DRIVER_MEMORY}) as airflow:
+                    extra_env={DRIVER_MEMORY_ENV: DRIVER_MEMORY},
+                    settings={"load_engine": "spark"}) as airflow:
         run = airflow.run("rmq_nightly", datetime(2026, 11, 24, 2, tzinfo=UTC), 1800)
         logs = airflow.log_tail("scheduler")
     states = {(t.task_id, t.map_index): t.state for t in run.tasks}

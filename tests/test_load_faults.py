@@ -107,8 +107,11 @@ def test_a_different_store_under_the_same_broker_name_is_refused(
 
 
 def _load_command(store: Path, warehouse: Path, broker: str, snapshot: str) -> list[str]:
+    """The CLI load on Spark (a driver and its JVM to kill; in process this small store's
+    load can end before the kill: tests/test_load_engines.py kills that one in between)."""
     return [sys.executable, "-m", "jobs", "--warehouse", str(warehouse), "load", "--broker",
-            broker, "--snapshot-id", snapshot, "--split-mib", "1", "--quiet", str(store)]
+            broker, "--snapshot-id", snapshot, "--split-mib", "1", "--quiet", "--engine",
+            "spark", str(store)]
 
 
 def test_killed_driver_then_rerun_gives_the_same_tables(spark, golden, broker_stores,
