@@ -5,6 +5,7 @@
     python -m jobs sql "SELECT ... FROM rmq.messages"      # or: --saved NAME [-p key=value]
     python -m jobs sql                                     # an interactive SQL shell
     python -m jobs sql --list                              # the saved queries
+    python -m jobs trace MSGID                             # a message's journey (no Spark)
     python -m jobs sql-server [--host H] [--port P]        # JDBC endpoint (Spark Thrift Server)
     python -m jobs tables                                  # tables: rows, files, size (no Spark)
     python -m jobs migrate                                 # tables to this code's contracts
@@ -96,6 +97,12 @@ def _parser() -> argparse.ArgumentParser:
                         "(default 127.0.0.1; 0.0.0.0 for other hosts)")
     server.add_argument("--port", type=int, default=10000, help="port (default 10000)")
 
+    trace = commands.add_parser("trace", help="a message's journey: its copies (sent, "
+                                "delayed, retried, dead-lettered) and the groups past each")
+    trace.add_argument("msg_id", help="the msgId (UNIQ_KEY) or an offsetMsgId of any copy")
+    trace.add_argument("--engine", choices=("local", "spark"), default="local",
+                       help="local: DataFusion in this process (default); spark")
+
     commands.add_parser("tables", help="list the tables: rows, files, size, location (from "
                         "the Delta logs, no Spark)")
     maintain = commands.add_parser("maintain", help="compact, vacuum and checkpoint the tables "
@@ -130,6 +137,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "sql":
             return _sql(args)
+        if args.command == "trace":
+            return _trace(args)
         if args.command == "sql-server":
             return _sql_server(args)
         if args.command == "tables":
@@ -294,6 +303,28 @@ def _sql(args: argparse.Namespace) -> int:
         limit = args.limit if args.limit is not None or args.format != "table" else TABLE_ROWS
         write_result(result, sys.stdout, args.format, limit)
         return EXIT_OK
+    except QueryError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_REFUSED
+    except Exception as error:  # one line, not a traceback
+        return _internal_error(error)
+    finally:
+        if engine is not None:
+            engine.close()
+
+
+def _trace(args: argparse.Namespace) -> int:
+    """The ``message_journey`` saved query, printed as a journey."""
+    from jobs.query.engine import open_engine
+    from jobs.query.saved import QueryError
+    from jobs.query.trace import JOURNEY_QUERY, format_journey, journey
+
+    engine = None
+    try:
+        engine = open_engine(args.engine, _warehouse(args), args.master)
+        rows = engine.saved(JOURNEY_QUERY, {"msg_id": args.msg_id}).to_pylist()
+        print(format_journey(args.msg_id, journey(rows)))
+        return EXIT_OK if rows else EXIT_REFUSED
     except QueryError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_REFUSED

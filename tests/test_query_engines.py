@@ -46,6 +46,22 @@ def truth_message(broker_stores: dict[str, Path]) -> dict:  # type: ignore[type-
                 and r["storedTopic"] == r["topic"])
 
 
+def deliveries(broker_stores: dict[str, Path], group: str) -> dict[str, list[dict]]:
+    """The truth's delivery log of ``group``: each msgId's deliveries, in order."""
+    log: dict[str, list[dict]] = {}
+    for line in (broker_stores["v5-clean"] / "truth" / "consumed.jsonl").read_text().splitlines():
+        delivery = json.loads(line)
+        if delivery["group"] == group:
+            log.setdefault(delivery["msgId"], []).append(delivery)
+    return log
+
+
+def dead_lettered(broker_stores: dict[str, Path]) -> list[str]:
+    """The msgIds G_FAIL asked to consume later on every delivery (they end in its DLQ)."""
+    return sorted(msg_id for msg_id, log in deliveries(broker_stores, "G_FAIL").items()
+                  if all(d["status"] == "RECONSUME_LATER" for d in log))
+
+
 @pytest.fixture(scope="module")
 def engines(golden, spark):  # type: ignore[no-untyped-def]
     registry, _ = golden
@@ -59,7 +75,8 @@ def test_every_saved_query_gives_the_same_rows_on_both_engines(engines, broker_s
     local, spark, _ = engines
     sent = truth_message(broker_stores)
     params = {"message_by_key": {"key": sent["keys"][1]},
-              "message_by_msg_id": {"msg_id": sent["msgId"]}}
+              "message_by_msg_id": {"msg_id": sent["msgId"]},
+              "message_journey": {"msg_id": dead_lettered(broker_stores)[0]}}
     assert set(params) | {"consumer_positions", "volume_per_topic_hour"} == set(saved_queries())
     for name in saved_queries():
         rows = local.saved(name, params.get(name))
@@ -224,3 +241,43 @@ def test_tables_counts_every_tables_rows_from_its_delta_log(engines, tmp_path): 
     empty = subprocess.run([sys.executable, "-m", "jobs", "--warehouse", str(tmp_path), "tables"],
                            cwd=REPO, text=True, capture_output=True, timeout=120)
     assert empty.returncode == 0 and empty.stdout.startswith("no tables in ")
+
+
+@pytest.mark.spark
+@pytest.mark.broker
+def test_each_journey_equals_the_truths_delivery_log(engines, broker_stores):  # type: ignore[no-untyped-def]
+    """For every message G_FAIL kept failing, its journey from the tables holds exactly
+    the copies the consumer was given (the original, then each %RETRY% copy, by queue
+    position and reconsume times), each preceded by its delay copy, and one dead-letter
+    copy after the last, reconsumed once more; G_FAIL's committed offsets had passed every
+    delivered copy. The CLI prints the same journey."""
+    local, _, warehouse = engines
+    failing = deliveries(broker_stores, "G_FAIL")
+    dead = dead_lettered(broker_stores)
+    assert len(dead) >= 10
+    for msg_id in dead:
+        rows = [r for r in local.saved("message_journey", {"msg_id": msg_id}).to_pylist()
+                if r["broker"] == "v5-clean"]
+        copies = {r["physical_offset"]: r for r in rows}.values()
+        delivered = [(d["queueTopic"], d["queueId"], d["queueOffset"], d["reconsumeTimes"])
+                     for d in failing[msg_id]]
+        assert [(c["topic"], c["queue_id"], c["queue_offset"], c["reconsume_times"])
+                for c in copies if c["step"] in ("stored", "retry")] == delivered, msg_id
+        steps = [c["step"] for c in copies]
+        assert steps == ["stored"] + ["delay", "retry"] * (len(delivered) - 1) + \
+            ["dead letter"], (msg_id, steps)
+        last = list(copies)[-1]
+        assert (last["topic"], last["reconsume_times"]) == ("%DLQ%G_FAIL", len(delivered))
+        assert last["retry_topic"] == failing[msg_id][0]["topic"]
+        passed = {(r["topic"], r["queue_offset"]): r["passed"] for r in rows
+                  if r["group_name"] == "G_FAIL"}
+        assert passed and all(passed.values()), (msg_id, passed)
+    printed = subprocess.run([sys.executable, "-m", "jobs", "--warehouse", str(warehouse),
+                              "trace", dead[0]], cwd=REPO, text=True, capture_output=True,
+                             timeout=120)
+    assert printed.returncode == 0, printed.stderr
+    assert printed.stdout.count("dead letter") == 1 and "%DLQ%G_FAIL" in printed.stdout
+    unknown = subprocess.run([sys.executable, "-m", "jobs", "--warehouse", str(warehouse),
+                              "trace", "0" * 32], cwd=REPO, text=True, capture_output=True,
+                             timeout=120)
+    assert unknown.returncode == 3 and "no message" in unknown.stdout
