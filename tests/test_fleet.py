@@ -152,7 +152,9 @@ def test_four_brokers_at_once_equal_four_brokers_one_after_another(  # type: ign
     assert {name: len(rows) for name, rows in fleet.items()} == \
         {name: len(rows) for name, rows in serial.items()}
     for name in fleet:
-        assert fleet[name] == serial[name], name
+        # on a difference, every row of either side that the other lacks, in full
+        assert fleet[name] == serial[name], (name, sorted(set(fleet[name]) - set(serial[name])),
+                                             sorted(set(serial[name]) - set(fleet[name])))
     snapshots = DeltaTable(str(table_location(fleet_warehouse, T.SNAPSHOTS))).to_pyarrow_table()
     assert sorted(zip(snapshots.column("broker").to_pylist(),
                       snapshots.column("snapshot_id").to_pylist(),
