@@ -286,14 +286,11 @@ def _check(args: argparse.Namespace, start_spark) -> int:  # type: ignore[no-unt
 
 def _sql(args: argparse.Namespace) -> int:
     """SQL on the chosen engine; the local one starts no JVM and imports no pyspark."""
-    from jobs.query.engine import open_engine
     from jobs.query.output import TABLE_ROWS, write_result
-    from jobs.query.saved import QueryError, parse_parameters
+    from jobs.query.saved import parse_parameters
     from jobs.query.shell import SqlShell
 
-    engine = None
-    try:
-        engine = open_engine(args.engine, _warehouse(args), args.master)
+    def answer(engine) -> int:  # type: ignore[no-untyped-def]
         if not args.query and not args.saved:
             SqlShell(engine, fmt=args.format, limit=args.limit or TABLE_ROWS).run()
             return EXIT_OK
@@ -303,28 +300,32 @@ def _sql(args: argparse.Namespace) -> int:
         limit = args.limit if args.limit is not None or args.format != "table" else TABLE_ROWS
         write_result(result, sys.stdout, args.format, limit)
         return EXIT_OK
-    except QueryError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_REFUSED
-    except Exception as error:  # one line, not a traceback
-        return _internal_error(error)
-    finally:
-        if engine is not None:
-            engine.close()
+
+    return _on_query_engine(args, answer)
 
 
 def _trace(args: argparse.Namespace) -> int:
     """The ``message_journey`` saved query, printed as a journey."""
+    from jobs.query.trace import JOURNEY_QUERY, format_journey, journey
+
+    def answer(engine) -> int:  # type: ignore[no-untyped-def]
+        rows = engine.saved(JOURNEY_QUERY, {"msg_id": args.msg_id}).to_pylist()
+        print(format_journey(args.msg_id, journey(rows)))
+        return EXIT_OK if rows else EXIT_REFUSED
+
+    return _on_query_engine(args, answer)
+
+
+def _on_query_engine(args: argparse.Namespace, answer) -> int:  # type: ignore[no-untyped-def]
+    """``answer(engine)`` on the engine ``--engine`` names, closed after; a bad query is
+    refused in one line (exit 3), anything else is an internal error (exit 4)."""
     from jobs.query.engine import open_engine
     from jobs.query.saved import QueryError
-    from jobs.query.trace import JOURNEY_QUERY, format_journey, journey
 
     engine = None
     try:
         engine = open_engine(args.engine, _warehouse(args), args.master)
-        rows = engine.saved(JOURNEY_QUERY, {"msg_id": args.msg_id}).to_pylist()
-        print(format_journey(args.msg_id, journey(rows)))
-        return EXIT_OK if rows else EXIT_REFUSED
+        return answer(engine)
     except QueryError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_REFUSED

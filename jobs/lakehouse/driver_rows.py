@@ -80,6 +80,8 @@ def arrow_rows(contract: Contract, rows: Rows) -> pa.Table:
     import pyarrow as pa
 
     schema = contract.arrow_schema()
+    if isinstance(rows, pa.RecordBatchReader):  # a stream in the contract's schema
+        return rows
     if isinstance(rows, pa.Table):
         return rows.select(schema.names).cast(schema)
     if rows and isinstance(rows[0], Mapping):
@@ -97,16 +99,22 @@ def append_rows(location: str | Path, contract: Contract, rows: Rows) -> None:
     write_deltalake(str(location), arrow_rows(contract, rows), mode="append")
 
 
-def append_rows_once(location: str | Path, contract: Contract, rows: Rows,
-                     app_id: str, version: int) -> bool:
-    """Append rows unless the table already committed ``(app_id, version)``; True when
-    written. Only one writer uses an ``app_id`` at a time (one load per broker)."""
+def append_rows_once(location: str | Path, contract: Contract,
+                     rows: Rows | pa.RecordBatchReader, app_id: str, version: int, *,
+                     compression: str | None = None) -> bool:
+    """Append rows (or a stream of batches) unless the table already committed
+    ``(app_id, version)``; True when written. Only one writer uses an ``app_id`` at a time
+    (one load per broker). ``compression``: the Parquet codec (delta-rs's default when
+    None)."""
     from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+    from deltalake.writer import WriterProperties
 
     seen = DeltaTable(str(location)).transaction_version(app_id)
     if seen is not None and seen >= version:
         return False
     write_deltalake(str(location), arrow_rows(contract, rows), mode="append",
+                    writer_properties=WriterProperties(compression=compression)
+                    if compression else None,
                     commit_properties=CommitProperties(
                         app_transactions=[Transaction(app_id, version)]))
     return True

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 import pyarrow as pa
 
 from jobs.lakehouse.delta_io import append_once
+from jobs.lakehouse.driver_rows import append_rows_once
 from jobs.lakehouse.engine_choice import LOCAL, SPARK, runs_in_process
 from jobs.load.decode_tasks import TASK_DDL, DecodeContext, Task, decode_function, run_task
 
@@ -66,18 +67,11 @@ class InProcessFacts:
 
     def append(self, location: str, contract: Contract, tasks: list[Task],
                context: DecodeContext, app_id: str, version: int) -> None:
-        from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
-        from deltalake.writer import WriterProperties
-
-        seen = DeltaTable(location).transaction_version(app_id)
-        if seen is not None and seen >= version:
-            return  # committed by an earlier attempt; its reports are recomputed if gone
+        # Skipped when an earlier attempt committed it (its reports are recomputed if gone);
+        # the stream is only decoded when it is written. zstd, as Spark writes the facts.
         rows = pa.RecordBatchReader.from_batches(contract.arrow_schema(),
                                                  _decoded(tasks, context))
-        write_deltalake(location, rows, mode="append",
-                        writer_properties=WriterProperties(compression="ZSTD"),
-                        commit_properties=CommitProperties(
-                            app_transactions=[Transaction(app_id, version)]))
+        append_rows_once(location, contract, rows, app_id, version, compression="ZSTD")
 
     def run_for_reports(self, tasks: list[Task], context: DecodeContext) -> None:
         for _ in _decoded(tasks, context):
@@ -110,15 +104,14 @@ class SparkFacts:
         self.task_frame(tasks).mapInArrow(_reports_only(context), "task_id STRING").collect()
 
     def describe(self, tasks: list[Task]) -> str:
-        return f"{self.partitions(tasks)} Spark task(s), on the executors"
+        return f"{len(self.groups(tasks))} Spark task(s), on the executors"
 
-    def partitions(self, tasks: list[Task]) -> int:
-        return len(pack_tasks(tasks, self.split_bytes,
-                              self.spark.sparkContext.defaultParallelism))
+    def groups(self, tasks: list[Task]) -> list[list[Task]]:
+        return pack_tasks(tasks, self.split_bytes, self.spark.sparkContext.defaultParallelism)
 
     def task_frame(self, tasks: list[Task]) -> DataFrame:
         """A DataFrame of tasks, one Spark partition per group of :func:`pack_tasks`."""
-        groups = pack_tasks(tasks, self.split_bytes, self.spark.sparkContext.defaultParallelism)
+        groups = self.groups(tasks)
         rdd = self.spark.sparkContext.parallelize(
             [[t.as_row() for t in group] for group in groups], len(groups))
         return self.spark.createDataFrame(rdd.flatMap(lambda group: group), TASK_DDL)

@@ -24,10 +24,6 @@ class Copy:
     row: Mapping[str, Any]
     positions: dict[str, list[str]] = field(default_factory=dict)  # snapshot -> texts
 
-    @property
-    def key(self) -> tuple[object, ...]:
-        return self.row["broker"], self.row["physical_offset"]
-
 
 def journey(rows: Iterable[Mapping[str, Any]]) -> list[Copy]:
     """The copies in the query's order, each with its groups' positions per snapshot."""
