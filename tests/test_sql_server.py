@@ -112,7 +112,8 @@ def test_beeline_gets_the_rows_python_m_jobs_sql_gets(sql_server, broker_stores,
     port, warehouse = sql_server
     sent = truth_message(broker_stores)
     params = {"message_by_key": {"key": sent["keys"][1]},
-              "message_by_msg_id": {"msg_id": sent["msgId"]}}
+              "message_by_msg_id": {"msg_id": sent["msgId"]},
+              "message_journey": {"msg_id": sent["msgId"]}}
     queries = {name: bind_as_literals(query.sql, params.get(name, {}))
                for name, query in saved_queries().items()}
     # unqualified names resolve in the default schema of the URL, rmq
