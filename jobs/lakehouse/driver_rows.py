@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.dataset as ds
+    from deltalake.writer import WriterProperties
 
     from jobs.lakehouse.contracts import Contract
 
@@ -56,9 +57,11 @@ def read_arrow(location: str | Path, **equal: object) -> pa.Table:
     return arrow_dataset(location).to_table(filter=condition)
 
 
-def arrow_dataset(location: str | Path) -> ds.Dataset:
+def arrow_dataset(location: str | Path, files_where: str | None = None) -> ds.Dataset:
     """The current version of an existing Delta table as a pyarrow dataset, its Parquet
-    files read through Arrow's own local filesystem.
+    files read through Arrow's own local filesystem; ``files_where``: a SQL predicate
+    that leaves out the files whose partition values and statistics in the Delta log
+    cannot satisfy it (no file is opened to decide).
 
     Why not deltalake's default: that reads through a filesystem implemented in Python,
     so Arrow's pre-buffered reads hold Python buffers. When such a read completes after
@@ -72,7 +75,8 @@ def arrow_dataset(location: str | Path) -> ds.Dataset:
 
     root = Path(location).resolve()
     native = fs.SubTreeFileSystem(str(root), fs.LocalFileSystem())
-    return DeltaTable(str(root)).to_pyarrow_dataset(filesystem=native)
+    return DeltaTable(str(root)).to_pyarrow_dataset(filesystem=native,
+                                                     file_pruning_predicate=files_where)
 
 
 def arrow_rows(contract: Contract, rows: Rows) -> pa.Table:
@@ -101,20 +105,18 @@ def append_rows(location: str | Path, contract: Contract, rows: Rows) -> None:
 
 def append_rows_once(location: str | Path, contract: Contract,
                      rows: Rows | pa.RecordBatchReader, app_id: str, version: int, *,
-                     compression: str | None = None) -> bool:
+                     writer_properties: WriterProperties | None = None) -> bool:
     """Append rows (or a stream of batches) unless the table already committed
     ``(app_id, version)``; True when written. Only one writer uses an ``app_id`` at a time
-    (one load per broker). ``compression``: the Parquet codec (delta-rs's default when
-    None)."""
+    (one load per broker). ``writer_properties``: Parquet settings (codec, row groups,
+    Bloom filters; delta-rs's defaults when None)."""
     from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
-    from deltalake.writer import WriterProperties
 
     seen = DeltaTable(str(location)).transaction_version(app_id)
     if seen is not None and seen >= version:
         return False
     write_deltalake(str(location), arrow_rows(contract, rows), mode="append",
-                    writer_properties=WriterProperties(compression=compression)
-                    if compression else None,
+                    writer_properties=writer_properties,
                     commit_properties=CommitProperties(
                         app_transactions=[Transaction(app_id, version)]))
     return True

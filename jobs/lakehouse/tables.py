@@ -42,6 +42,8 @@ DEFAULT_WAREHOUSE = REPO_ROOT / ".cache" / "warehouse"
 MESSAGES = "messages"
 QUEUE_ENTRIES = "queue_entries"
 INDEX_ENTRIES = "index_entries"
+# Derived from messages by the load: msgId, key and queue position -> message row.
+MESSAGE_LOOKUP = "message_lookup"
 # State: one row set per (broker, snapshot).
 TOPICS = "topics"
 SUBSCRIPTION_GROUPS = "subscription_groups"
@@ -61,7 +63,7 @@ CONSUMER_LAG = "consumer_lag"
 CONSUMER_STATUS = "consumer_status"
 ALERTS = "alerts"
 
-TABLES = (MESSAGES, QUEUE_ENTRIES, INDEX_ENTRIES, TOPICS, SUBSCRIPTION_GROUPS,
+TABLES = (MESSAGES, QUEUE_ENTRIES, INDEX_ENTRIES, MESSAGE_LOOKUP, TOPICS, SUBSCRIPTION_GROUPS,
           CONSUMER_OFFSETS, DELAY_OFFSETS, PENDING_TIMERS, SNAPSHOTS, QUARANTINE,
           RETENTION_GAPS, LOAD_STATE, LOAD_RUNS, MAINTENANCE_RUNS, CHECK_RESULTS, CONSUMER_LAG,
           CONSUMER_STATUS, ALERTS)

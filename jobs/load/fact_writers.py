@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
 import pyarrow as pa
+from deltalake.writer import WriterProperties
 
 from jobs.lakehouse.delta_io import append_once
 from jobs.lakehouse.driver_rows import append_rows_once
@@ -71,7 +72,8 @@ class InProcessFacts:
         # the stream is only decoded when it is written. zstd, as Spark writes the facts.
         rows = pa.RecordBatchReader.from_batches(contract.arrow_schema(),
                                                  _decoded(tasks, context))
-        append_rows_once(location, contract, rows, app_id, version, compression="ZSTD")
+        append_rows_once(location, contract, rows, app_id, version,
+                         writer_properties=WriterProperties(compression="ZSTD"))
 
     def run_for_reports(self, tasks: list[Task], context: DecodeContext) -> None:
         for _ in _decoded(tasks, context):

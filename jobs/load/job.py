@@ -62,6 +62,7 @@ from jobs.load.decode_tasks import (
     read_report,
 )
 from jobs.load.fact_writers import DEFAULT_LOCAL_LOAD_MIB, FactWriter, fact_writer
+from jobs.load.lookup_rows import write_lookup_rows
 from jobs.load.plan import (
     DEFAULT_QUEUE_SPLIT_BYTES,
     DEFAULT_SPLIT_BYTES,
@@ -221,6 +222,20 @@ class SnapshotLoad:
         result.seconds = time.monotonic() - clock
         self.summary.results[table] = result
         return result
+
+    def write_lookup(self) -> None:
+        """message_lookup rows of the new messages (and of any earlier snapshot of the
+        broker still without them: a crash, or the first load after an upgrade)."""
+        clock = time.monotonic()
+        written = write_lookup_rows(self.registry, self.broker, self.seq)
+        result = TableResult(T.MESSAGE_LOOKUP, rows=written.rows)
+        if not written.snapshots:
+            result.outcome, result.detail = "skipped", "already written by an earlier attempt"
+        elif written.snapshots != [self.snapshot_id]:
+            result.detail = "derived for snapshot(s) " + ", ".join(written.snapshots)
+        result.seconds = time.monotonic() - clock
+        self.progress(f"{T.MESSAGE_LOOKUP}: {written.rows} row(s) in {result.seconds:.1f} s")
+        self.summary.results[T.MESSAGE_LOOKUP] = result
 
     def fact_writer(self) -> FactWriter:
         if self.facts is None:
@@ -392,6 +407,7 @@ class SnapshotLoad:
                              self.context(T.QUEUE_ENTRIES, "queues", cl_end))
             self.decode_into(T.INDEX_ENTRIES, INDEX, plan.index_tasks,
                              self.context(T.INDEX_ENTRIES, INDEX))
+            self.write_lookup()
             quarantine = self.quarantine_rows(plan)
             self.summary.quarantined_bytes = sum(int(row[4]) for row in quarantine)
             self.summary.retention_gap_bytes = sum(

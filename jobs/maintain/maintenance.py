@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from jobs.lakehouse import message_lookup
 from jobs.lakehouse import tables as T
 from jobs.lakehouse.contracts import load_contract
 from jobs.lakehouse.driver_rows import append_rows, exists
@@ -42,6 +43,9 @@ from jobs.maintain.policy import BROKER, POLICIES, TablePolicy
 log = logging.getLogger(__name__)
 
 DONE, SKIPPED = "done", "skipped"
+# Parquet settings a table's files are written with, when not delta-rs's defaults: the
+# compaction rewrites them the same way.
+WRITER_PROPERTIES = {T.MESSAGE_LOOKUP: message_lookup.writer_properties}
 DEFAULT_TIME_TRAVEL_DAYS = 7.0
 
 
@@ -102,6 +106,28 @@ def maintain_tables(warehouse: str | Path, broker: str, *,
     return rows
 
 
+def compactions(table: Any, policy: TablePolicy, broker: str) -> list[list[tuple] | None]:
+    """The partition filters of each compaction to run now: the broker's partition (scope
+    broker), the whole table, or, for a policy that waits for ``min_small_files``, each
+    partition that has gathered that many files below the target (none otherwise)."""
+    if policy.scope == BROKER:
+        return [[("broker", "=", broker)]]
+    if policy.min_small_files <= 2:
+        return [None]  # delta-rs merges nothing in a partition with fewer than two
+    import pyarrow as pa
+
+    adds = pa.RecordBatchReader.from_stream(table.get_add_actions(flatten=True)).read_all()
+    columns = [c for c in adds.column_names if c.startswith("partition.")]
+    small: dict[tuple, int] = {}
+    for entry in adds.select(["size_bytes", *columns]).to_pylist():
+        if entry["size_bytes"] < policy.target_file_bytes:
+            values = tuple(entry[c] for c in columns)
+            small[values] = small.get(values, 0) + 1
+    names = [c.removeprefix("partition.") for c in columns]
+    return [[(n, "=", v) for n, v in zip(names, values, strict=True)]
+            for values, count in sorted(small.items()) if count >= policy.min_small_files]
+
+
 class MaintenanceError(RuntimeError):
     """Maintenance cannot run (e.g. the warehouse has no tables yet)."""
 
@@ -121,11 +147,13 @@ def _maintain_table(warehouse: str, location: str, name: str, policy: TablePolic
     scope_lock = f"maintain-{name}" + (f"-{broker}" if policy.scope == BROKER else "")
     with try_lock(warehouse, scope_lock) as held:
         if held is not None:
-            filters = [("broker", "=", broker)] if policy.scope == BROKER else None
-            metrics = table.optimize.compact(
-                partition_filters=filters, target_size=policy.target_file_bytes)
-            row["files_compacted"] = int(metrics.get("numFilesRemoved", 0))
-            row["files_written"] = int(metrics.get("numFilesAdded", 0))
+            layout = WRITER_PROPERTIES.get(name)
+            for filters in compactions(table, policy, broker):
+                metrics = table.optimize.compact(
+                    partition_filters=filters, target_size=policy.target_file_bytes,
+                    writer_properties=layout() if layout else None)
+                row["files_compacted"] += int(metrics.get("numFilesRemoved", 0))
+                row["files_written"] += int(metrics.get("numFilesAdded", 0))
         else:
             notes.append("compaction: another maintenance holds it")
     with try_lock(warehouse, f"vacuum-{name}") as held:

@@ -14,6 +14,10 @@ partition rewritten into files of up to ``target_file_bytes``), never re-sorted:
 
 A compaction rewrites at most ``target_file_bytes`` of old data per partition per night
 (files at the target size are left alone), so its cost stays flat as history grows.
+A table whose every night adds a small file to each of many partitions (message_lookup's
+sixteen buckets) waits until a partition has ``min_small_files`` files below the target:
+rewriting each bucket's one unfinished file every night would cost sixteen targets a
+night for a few MiB of new rows, and a lookup reads few files either way.
 
 **Scope** decides who compacts what, so that maintenance never conflicts with a writer:
 
@@ -40,6 +44,7 @@ class TablePolicy:
     scope: str               # BROKER or TABLE, see above
     target_file_bytes: int   # compaction target; files this large are left alone
     why: str
+    min_small_files: int = 2  # a partition is compacted once it has this many smaller files
 
 
 _FACTS = TablePolicy(TABLE, 128 * MIB, "appended by every load; large scans: files of "
@@ -48,11 +53,15 @@ _STATE = TablePolicy(TABLE, 32 * MIB, "a few rows per broker per snapshot, appen
                                       "one file per snapshot partition after compaction")
 _PER_BROKER = TablePolicy(BROKER, 32 * MIB, "rows replaced per (broker, snapshot): one small "
                                             "file per broker partition after compaction")
+_LOOKUP = TablePolicy(TABLE, 32 * MIB, "a small sorted file per bucket per night, read by "
+                                      "Bloom filter: bucket files merged eight at a time",
+                      min_small_files=8)
 _BOOKKEEPING = TablePolicy(TABLE, 32 * MIB, "an audit log appended by every run: a few "
                                             "files in all")
 
 POLICIES: dict[str, TablePolicy] = {
     T.MESSAGES: _FACTS, T.QUEUE_ENTRIES: _FACTS, T.INDEX_ENTRIES: _FACTS,
+    T.MESSAGE_LOOKUP: _LOOKUP,
     T.TOPICS: _STATE, T.SUBSCRIPTION_GROUPS: _STATE, T.CONSUMER_OFFSETS: _STATE,
     T.DELAY_OFFSETS: _STATE, T.PENDING_TIMERS: _STATE,
     T.QUARANTINE: _BOOKKEEPING, T.RETENTION_GAPS: _BOOKKEEPING, T.LOAD_RUNS: _BOOKKEEPING,

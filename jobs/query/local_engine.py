@@ -26,7 +26,8 @@ from jobs.lakehouse import tables as T
 from jobs.lakehouse.driver_rows import exists
 from jobs.lakehouse.tables import table_location
 from jobs.query.engine import Column, SqlError
-from jobs.query.saved import bind_as_literals, saved_statement
+from jobs.query.lookup import saved_statement
+from jobs.query.saved import bind_as_literals
 
 #: ``rmq.<table>`` (or ``rmq."<table>"``) anywhere in a query.
 TABLE_REFERENCE = re.compile(r"\brmq\s*\.\s*\"?(\w+)\"?", re.IGNORECASE)
@@ -86,7 +87,7 @@ class LocalEngine:
 
     def saved(self, name: str, params: dict[str, str] | None = None) -> pa.Table:
         """The rows of saved query ``name``, its parameters checked first."""
-        return self.query(*saved_statement(name, params))
+        return self.query(*saved_statement(self.query, self.warehouse, name, params))
 
     def close(self) -> None:
         """Nothing to give back: DataFusion lives in this process."""

@@ -3,7 +3,8 @@
 Each file is one query in the dialect both engines run (DataFusion and Spark SQL agree on
 the functions the queries use; tests/test_query_engines.py runs every query on both and
 compares the rows). Its comment header says what the query answers; a ``-- params:`` line
-names its parameters. Parameters are always strings.
+names its parameters. Parameters are always strings. A ``-- lookup:`` line says the query
+finds messages by a value message_lookup indexes (jobs.query.lookup reads few files then).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def saved_queries(directory: Path = QUERIES_DIR) -> dict[str, SavedQuery]:
     for path in sorted(directory.glob("*.sql")):
         text = path.read_text(encoding="utf-8")
         header = [line.lstrip("- ").rstrip() for line in text.splitlines()
-                  if line.startswith("--") and not line.startswith("-- params")]
+                  if line.startswith("--") and not line.startswith(("-- params", "-- lookup"))]
         queries[path.stem] = SavedQuery(path.stem, " ".join(header).strip(), text)
     return queries
 

@@ -16,6 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from jobs.lakehouse import tables as T
 from jobs.lakehouse.tables import Registry
+from jobs.query import lookup
 from jobs.query.engine import Column, SqlError
 from jobs.query.saved import saved_statement
 
@@ -60,7 +61,8 @@ class SparkEngine:
             raise SqlError.from_engine(error) from None
 
     def saved(self, name: str, params: dict[str, str] | None = None) -> pa.Table:
-        return self.query(*saved_statement(name, params))
+        return self.query(*lookup.saved_statement(self.query, self.registry.warehouse, name,
+                                                  params))
 
     def close(self) -> None:
         self.spark.stop()

@@ -1,5 +1,6 @@
 -- A message by the id clients see (UNIQ_KEY) or by its offsetMsgId (store host + offset).
 -- params: msg_id
+-- lookup: msg_id :msg_id
 SELECT broker, topic, queue_id, queue_offset, physical_offset, msg_id, offset_msg_id,
        transaction_type, tags, keys, born_time, store_time, reconsume_times, body_size,
        properties

@@ -6,6 +6,7 @@
 -- offset on the copy's queue (for a delay copy, its delay level's offset) and whether it had
 -- passed the copy. A copy no offset covers has one row with no group.
 -- params: msg_id
+-- lookup: msg_id :msg_id
 WITH copies AS (
   SELECT broker, physical_offset, store_time, topic, queue_id, queue_offset,
          CASE WHEN substr(topic, 1, 5) = '%DLQ%' THEN 'dead letter'

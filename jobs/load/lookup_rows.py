@@ -1,0 +1,112 @@
+"""The load's last fact step: ``message_lookup`` rows for the messages a snapshot added.
+
+Derived from the ``messages`` rows just committed rather than decoded a second time: the
+message rows already say everything a lookup needs, and deriving works the same whether
+Spark or this process decoded them. DuckDB reads only this broker's new files (chosen by
+the Delta log's statistics, :func:`~jobs.lakehouse.driver_rows.arrow_dataset`), unnests
+keys, computes the md5 bucket and sorts by value; delta-rs appends the stream.
+
+Which snapshots still need rows is kept by Delta itself: the append records the
+transaction ``(rmq-lookup/<broker>, snapshot seq)``, and a load derives the rows of every
+snapshot of its broker after the last recorded one. So a re-run after a crash adds
+nothing twice, and the first load after an upgrade indexes the broker's whole history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from jobs.lakehouse import tables as T
+from jobs.lakehouse.driver_rows import append_rows_once, arrow_dataset, sql_text
+from jobs.lakehouse.message_lookup import KEY, MSG_ID, POSITION, app_id, writer_properties
+from jobs.lakehouse.tables import Registry
+
+BATCH_ROWS = 256 * 1024
+# Records a consume queue never lists (a half message; a rollback marker) have no position.
+QUEUED_TYPES = ("NOT", "COMMIT")
+MESSAGE_COLUMNS = ("broker", "store_date", "physical_offset", "inner_index",
+                   "first_snapshot_id", "msg_id", "keys", "topic", "queue_id", "queue_offset",
+                   "transaction_type")
+
+
+def pending_snapshots(registry: Registry, broker: str, seq: int) -> list[str]:
+    """The broker's snapshots up to ``seq`` whose lookup rows are not written yet."""
+    from deltalake import DeltaTable
+
+    done = DeltaTable(str(registry[T.MESSAGE_LOOKUP].location)).transaction_version(
+        app_id(broker)) or 0
+    return sorted(row["snapshot_id"] for row in registry.read_rows(T.SNAPSHOTS, broker=broker)
+                  if done < row["snapshot_seq"] <= seq)
+
+
+def lookup_sql(broker: str, snapshot_ids: Iterable[str]) -> str:
+    """DuckDB SQL over view ``messages`` giving the lookup rows of the broker's messages
+    first seen in ``snapshot_ids``, sorted by bucket and value."""
+    ids = ", ".join(sql_text(s) for s in snapshot_ids)
+    pointer = "broker, store_date, physical_offset, inner_index, first_snapshot_id"
+    queued = ", ".join(sql_text(t) for t in QUEUED_TYPES)
+    return f"""
+        WITH m AS (SELECT * FROM messages
+                   WHERE broker = {sql_text(broker)} AND first_snapshot_id IN ({ids})),
+        entries AS (
+            SELECT '{MSG_ID}' AS kind, msg_id AS lookup_value, {pointer}
+            FROM m WHERE msg_id IS NOT NULL AND msg_id <> ''
+            UNION ALL
+            SELECT '{KEY}', k, {pointer}
+            FROM (SELECT unnest(keys) AS k, {pointer} FROM m) WHERE k <> ''
+            UNION ALL
+            SELECT '{POSITION}', concat_ws(' ', topic, queue_id, queue_offset), {pointer}
+            FROM m WHERE transaction_type IN ({queued}))
+        SELECT DISTINCT substr(md5(lookup_value), 1, 1) AS lookup_bucket, kind,
+               lookup_value, {pointer}
+        FROM entries
+        ORDER BY lookup_bucket, lookup_value, broker, physical_offset, inner_index"""
+
+
+@dataclass
+class LookupWrite:
+    """What :func:`write_lookup_rows` did."""
+
+    snapshots: list[str] = field(default_factory=list)  # whose rows were derived
+    rows: int = 0
+
+
+def write_lookup_rows(registry: Registry, broker: str, seq: int) -> LookupWrite:
+    """Append the lookup rows of every snapshot of ``broker`` up to ``seq`` not yet
+    indexed (none when all are)."""
+    import duckdb
+
+    pending = pending_snapshots(registry, broker, seq)
+    done = LookupWrite(pending)
+    if not pending:
+        return done
+    ids = ", ".join(sql_text(s) for s in pending)
+    messages = arrow_dataset(
+        registry[T.MESSAGES].location,
+        files_where=f"broker = {sql_text(broker)} AND first_snapshot_id IN ({ids})")
+    target = registry[T.MESSAGE_LOOKUP]
+    schema = target.contract.arrow_schema()
+    with duckdb.connect() as connection:
+        connection.execute("SET preserve_insertion_order = false")
+        connection.execute(f"SET temp_directory = {sql_text(str(_spill_dir(registry)))}")
+        connection.register("messages", messages)
+        reader = connection.execute(lookup_sql(broker, pending)).to_arrow_reader(BATCH_ROWS)
+
+        def typed() -> Iterator[pa.RecordBatch]:
+            for batch in reader:
+                done.rows += batch.num_rows
+                yield batch.cast(schema)
+
+        append_rows_once(target.location, target.contract,
+                         pa.RecordBatchReader.from_batches(schema, typed()), app_id(broker),
+                         seq, writer_properties=writer_properties())
+    return done
+
+
+def _spill_dir(registry: Registry) -> Path:
+    """Where DuckDB spills a sort larger than memory (the first load of a long history)."""
+    return Path(registry.warehouse) / "_rmq_spill"
