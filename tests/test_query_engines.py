@@ -62,6 +62,17 @@ def dead_lettered(broker_stores: dict[str, Path]) -> list[str]:
                   if all(d["status"] == "RECONSUME_LATER" for d in log))
 
 
+def saved_query_params(broker_stores: dict[str, Path]) -> dict[str, dict[str, str]]:
+    """Parameters of every parameterised saved query, from the v5-clean store's truth: a
+    message with several keys, and a message G_FAIL retried into its DLQ."""
+    sent = truth_message(broker_stores)
+    return {"message_by_key": {"key": sent["keys"][1]},
+            "message_by_msg_id": {"msg_id": sent["msgId"]},
+            "message_by_position": {"topic": sent["topic"], "queue_id": str(sent["queueId"]),
+                                    "queue_offset": str(sent["queueOffset"])},
+            "message_journey": {"msg_id": dead_lettered(broker_stores)[0]}}
+
+
 @pytest.fixture(scope="module")
 def engines(golden, spark):  # type: ignore[no-untyped-def]
     registry, _ = golden
@@ -74,16 +85,15 @@ def engines(golden, spark):  # type: ignore[no-untyped-def]
 def test_every_saved_query_gives_the_same_rows_on_both_engines(engines, broker_stores):  # type: ignore[no-untyped-def]
     local, spark, _ = engines
     sent = truth_message(broker_stores)
-    params = {"message_by_key": {"key": sent["keys"][1]},
-              "message_by_msg_id": {"msg_id": sent["msgId"]},
-              "message_journey": {"msg_id": dead_lettered(broker_stores)[0]}}
+    params = saved_query_params(broker_stores)
     assert set(params) | {"consumer_positions", "volume_per_topic_hour"} == set(saved_queries())
     for name in saved_queries():
         rows = local.saved(name, params.get(name))
         assert rows.num_rows > 0, name
         assert canonical(rows) == canonical(spark.saved(name, params.get(name))), name
-    by_key = local.saved("message_by_key", {"key": sent["keys"][1]}).to_pylist()
-    assert sent["msgId"] in {r["msg_id"] for r in by_key if r["broker"] == "v5-clean"}
+    for name in ("message_by_key", "message_by_msg_id", "message_by_position"):
+        found = local.saved(name, params[name]).to_pylist()
+        assert sent["msgId"] in {r["msg_id"] for r in found if r["broker"] == "v5-clean"}, name
 
 
 @pytest.mark.spark
@@ -215,12 +225,13 @@ def test_the_shell_runs_a_script_from_a_pipe(engines, broker_stores):  # type: i
 def test_tab_completes_tables_columns_saved_queries_and_commands(engines):  # type: ignore[no-untyped-def]
     local, _, _ = engines
     shell = SqlShell(local, out=io.StringIO())
-    assert shell.candidates("rmq.me", "SELECT * FROM rmq.me") == ["rmq.messages"]
+    assert shell.candidates("rmq.me", "SELECT * FROM rmq.me") == [
+        "rmq.message_lookup", "rmq.messages"]
     assert shell.candidates("rmq.con", "SELECT * FROM rmq.con") == sorted(
         f"rmq.{t}" for t in local.tables() if t.startswith("con"))
     assert "offset_msg_id" in shell.candidates("off", "SELECT off FROM rmq.messages")
     assert shell.candidates("message_by", "\\saved message_by") == [
-        "message_by_key", "message_by_msg_id"]
+        "message_by_key", "message_by_msg_id", "message_by_position"]
     assert shell.candidates("\\f", "\\f") == ["\\format"]
 
 

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyspark
 import pytest
 from endpoints import free_port
-from test_query_engines import truth_message
+from test_query_engines import saved_query_params
 
 from jobs.lakehouse.spark_session import DRIVER_MEMORY_ENV
 from jobs.query.local_engine import LocalEngine
@@ -110,10 +110,7 @@ def local_rows(table: pa.Table) -> list[dict]:  # type: ignore[type-arg]
 
 def test_beeline_gets_the_rows_python_m_jobs_sql_gets(sql_server, broker_stores, tmp_path):  # type: ignore[no-untyped-def]
     port, warehouse = sql_server
-    sent = truth_message(broker_stores)
-    params = {"message_by_key": {"key": sent["keys"][1]},
-              "message_by_msg_id": {"msg_id": sent["msgId"]},
-              "message_journey": {"msg_id": sent["msgId"]}}
+    params = saved_query_params(broker_stores)
     queries = {name: bind_as_literals(query.sql, params.get(name, {}))
                for name, query in saved_queries().items()}
     # unqualified names resolve in the default schema of the URL, rmq

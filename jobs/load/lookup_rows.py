@@ -94,7 +94,7 @@ def write_lookup_rows(registry: Registry, broker: str, seq: int) -> LookupWrite:
         connection.execute("SET preserve_insertion_order = false")
         connection.execute(f"SET temp_directory = {sql_text(str(_spill_dir(registry)))}")
         connection.register("messages", messages)
-        reader = connection.execute(lookup_sql(broker, pending)).to_arrow_reader(BATCH_ROWS)
+        reader = connection.sql(lookup_sql(broker, pending)).to_arrow_reader(BATCH_ROWS)
 
         def typed() -> Iterator[pa.RecordBatch]:
             for batch in reader:

@@ -29,6 +29,9 @@ from jobs.query.engine import Column, SqlError
 from jobs.query.lookup import saved_statement
 from jobs.query.saved import bind_as_literals
 
+#: A Parquet scan of EXPLAIN ANALYZE: the table of its first file and the files it opened.
+_SCAN = re.compile(rf"DataSourceExec: file_groups=\{{.*?/{T.DATABASE}\.db/(?P<table>\w+)/"
+                   r".*?files_opened=(?P<opened>\d+)")
 #: ``rmq.<table>`` (or ``rmq."<table>"``) anywhere in a query.
 TABLE_REFERENCE = re.compile(r"\brmq\s*\.\s*\"?(\w+)\"?", re.IGNORECASE)
 
@@ -49,9 +52,7 @@ class LocalEngine:
 
     def __init__(self, warehouse: Path) -> None:
         self.warehouse = Path(warehouse)
-        self._builder = QueryBuilder()
-        self._builder.execute(f"CREATE SCHEMA {T.DATABASE}").read_all()
-        self._registered: set[str] = set()
+        self._settings: dict[str, str] = {}  # DataFusion options set for every statement
 
     def tables(self) -> list[str]:
         """The lakehouse tables that exist in this warehouse, in the registry's order."""
@@ -77,11 +78,10 @@ class LocalEngine:
     def query(self, sql: str, params: dict[str, str] | None = None) -> pa.Table:
         """The rows of ``sql`` (with ``:name`` parameters bound) as an Arrow table."""
         bound = bind_as_literals(sql, params or {})
-        for table in sorted({name.lower() for name in TABLE_REFERENCE.findall(bound)}):
-            self._register(table)
+        builder = self._builder({name.lower() for name in TABLE_REFERENCE.findall(bound)})
         try:
             # from_stream, not pa.table(): pa.table() asks pandas (1 s to import) first
-            return pa.RecordBatchReader.from_stream(self._builder.execute(bound)).read_all()
+            return pa.RecordBatchReader.from_stream(builder.execute(bound)).read_all()
         except DeltaError as error:
             raise SqlError.from_engine(error) from None
 
@@ -89,13 +89,41 @@ class LocalEngine:
         """The rows of saved query ``name``, its parameters checked first."""
         return self.query(*saved_statement(self.query, self.warehouse, name, params))
 
+    def files_opened(self, sql: str, params: dict[str, str] | None = None) -> dict[str, int]:
+        """How many data files of each table running ``sql`` opens, by DataFusion's own
+        count (EXPLAIN ANALYZE): what is left after the Delta log's partition and
+        statistics pruning. A table whose files were all pruned is absent."""
+        # A large file is scanned as several byte ranges, each counted as opened: counted
+        # here with files unsplit, so that each file counts once.
+        self._settings["datafusion.optimizer.repartition_file_scans"] = "false"
+        try:
+            plan = self.query(f"EXPLAIN ANALYZE {bind_as_literals(sql, params or {})}")
+        finally:
+            del self._settings["datafusion.optimizer.repartition_file_scans"]
+        opened: dict[str, int] = {}
+        for text in plan.column("plan").to_pylist():
+            for line in text.splitlines():
+                scan = _SCAN.search(line)
+                if scan is not None:
+                    table = scan.group("table")
+                    opened[table] = opened.get(table, 0) + int(scan.group("opened"))
+        return opened
+
     def close(self) -> None:
         """Nothing to give back: DataFusion lives in this process."""
 
-    def _register(self, table: str) -> None:
-        if table not in self._registered:
-            self._builder.register(f"{T.DATABASE}.{table}", self._delta_table(table))
-            self._registered.add(table)
+    def _builder(self, tables: set[str]) -> QueryBuilder:
+        """A DataFusion context for one statement, with ``tables`` registered at their
+        latest committed versions (a few ms each): like a new Spark query, each statement
+        sees the last night's commits, so a shell left open across a load reads the new
+        night, and a saved lookup's later steps never read a table older than its first."""
+        builder = QueryBuilder()
+        builder.execute(f"CREATE SCHEMA {T.DATABASE}").read_all()
+        for option, value in self._settings.items():
+            builder.execute(f"SET {option} = {value}").read_all()
+        for table in sorted(tables):
+            builder.register(f"{T.DATABASE}.{table}", self._delta_table(table))
+        return builder
 
     def _delta_table(self, table: str) -> DeltaTable:
         location = table_location(self.warehouse, table)

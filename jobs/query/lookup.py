@@ -31,7 +31,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from jobs.lakehouse import tables as T
-from jobs.lakehouse.driver_rows import exists, read_rows
+from jobs.lakehouse.driver_rows import exists
 from jobs.lakehouse.message_lookup import (
     KINDS,
     MSG_ID,
@@ -108,7 +108,7 @@ def narrowed(query: Query, warehouse: Path, sql: str, kind: str, value: str) -> 
 def files_condition(query: Query, warehouse: Path, kind: str, value: str) -> str | None:
     """A predicate on ``messages`` true for every row looked up by (kind, value); None
     when the lookup table cannot say (not written yet, or values unsafe to inline)."""
-    pending = unindexed_snapshots(warehouse)
+    pending = unindexed_snapshots(query, warehouse)
     if pending is None:
         return None
     found = pointers(query, kind, [value])
@@ -145,9 +145,11 @@ def pointers(query: Query, kind: str, values: Sequence[str]) -> list[dict]:
     return found
 
 
-def unindexed_snapshots(warehouse: Path) -> list[str] | None:
+def unindexed_snapshots(query: Query, warehouse: Path) -> list[str] | None:
     """The snapshots whose messages have no lookup rows yet (usually none); None when
-    there is no lookup table at all."""
+    there is no lookup table at all. The snapshots are read through ``query`` (the
+    engine at hand): reading them with pyarrow's dataset API would import pandas, a
+    second of a lookup's start-up."""
     from deltalake import DeltaTable
 
     location = table_location(warehouse, T.MESSAGE_LOOKUP)
@@ -156,7 +158,8 @@ def unindexed_snapshots(warehouse: Path) -> list[str] | None:
     lookup = DeltaTable(str(location))
     done: dict[str, int] = {}
     pending = []
-    for row in read_rows(table_location(warehouse, T.SNAPSHOTS)):
+    snapshots = query(f"SELECT broker, snapshot_id, snapshot_seq FROM rmq.{T.SNAPSHOTS}", {})
+    for row in snapshots.to_pylist():
         broker = str(row["broker"])
         if broker not in done:
             done[broker] = lookup.transaction_version(app_id(broker)) or 0

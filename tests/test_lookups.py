@@ -1,0 +1,202 @@
+"""Lookups by msgId, key, offsetMsgId and queue position (jobs/query/lookup.py over the
+message_lookup table the load writes): exact, and reading only the files that hold them.
+
+The warehouse holds the three successive snapshots of the running v5-growing broker (one
+broker's history in several loads, messages deleted by retention after s1) and the
+v5-features store (inner batch members that share a record's offsetMsgId, messages with
+several keys, IPv6 ids), loaded in this process. For messages drawn from the brokers'
+ground truth, a saved lookup query narrowed by the lookup table must return exactly the
+rows the same SQL returns scanning the whole table, those rows must include the truth's
+message, and DataFusion must open exactly the messages files that hold them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from lakehouse import IN_PROCESS_OPTIONS
+
+from jobs.lakehouse import tables as T
+from jobs.lakehouse.driver_rows import arrow_dataset
+from jobs.lakehouse.spark_session import SparkOnDemand
+from jobs.lakehouse.tables import Registry, table_location
+from jobs.load import job
+from jobs.load.job import load_snapshot
+from jobs.load.lookup_rows import LookupWrite
+from jobs.query import lookup
+from jobs.query.local_engine import LocalEngine
+from jobs.query.saved import saved_query
+
+pytestmark = [pytest.mark.broker]
+GROWING = ("s1", "s2", "s3")
+SHARED_FIXTURES = [HealthCheck.function_scoped_fixture]
+
+
+def _no_spark() -> object:
+    raise AssertionError("these loads run in process")
+
+
+def load_in_process(warehouse: Path, broker: str, snapshot_id: str, store: Path) -> None:
+    load_snapshot(SparkOnDemand(_no_spark), broker, snapshot_id, store,  # type: ignore[arg-type]
+                  IN_PROCESS_OPTIONS, registry=Registry(None, warehouse))
+
+
+def truth(store_dir: Path) -> list[dict]:
+    """The truth's stored messages (sent and acknowledged, with where they were stored)."""
+    rows = [json.loads(line) for line in
+            (store_dir / "truth" / "messages.jsonl").read_text().splitlines()]
+    return [r for r in rows if r.get("acked") and r.get("msgId") and r.get("offsetMsgId")]
+
+
+@pytest.fixture(scope="module")
+def warehouse(growing_store, features_store, tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
+    warehouse = tmp_path_factory.mktemp("lookups")
+    for name in GROWING:
+        load_in_process(warehouse, "g", name, growing_store / "snapshots" / name / "store")
+    load_in_process(warehouse, "f", "s1", features_store / "store")
+    return warehouse
+
+
+class Messages(list):  # type: ignore[type-arg]
+    """The truth's messages; printed short in a failing example."""
+
+    def __repr__(self) -> str:
+        return f"<{len(self)} truth messages>"
+
+
+@pytest.fixture(scope="module")
+def sent(growing_store, features_store) -> Messages:  # type: ignore[no-untyped-def]
+    return Messages(truth(growing_store) + truth(features_store))
+
+
+def narrowed_and_full(engine: LocalEngine, name: str, params: dict[str, str],
+                      ) -> tuple[list[dict], list[dict], Counter[str], Counter[str]]:
+    """The saved query's rows as the engine answers it (narrowed), the rows of its SQL
+    scanning everything, and the files each table opened: in the steps that find the
+    pointers, and in the narrowed query itself."""
+    steps: Counter[str] = Counter()
+
+    def counted(sql: str, bound: dict[str, str]):  # type: ignore[no-untyped-def]
+        steps.update(engine.files_opened(sql, bound))
+        return engine.query(sql, bound)
+
+    sql, checked = lookup.saved_statement(counted, engine.warehouse, name, params)
+    assert sql != saved_query(name).sql, "the lookup table must narrow the query"
+    narrowed = engine.query(sql, checked).to_pylist()
+    full = engine.query(saved_query(name).sql, checked).to_pylist()
+    return narrowed, full, steps, Counter(engine.files_opened(sql, checked))
+
+
+def files_that_may_hold(warehouse: Path, rows: list[dict], offset: int | None) -> int:
+    """How many messages data files hold one of ``rows``, or (``offset``: an offsetMsgId's,
+    whose broker the id does not say) span that physical offset: read file by file."""
+    wanted = {(r["broker"], r["physical_offset"]) for r in rows}
+    holding = 0
+    for fragment in arrow_dataset(table_location(warehouse, T.MESSAGES)).get_fragments():
+        found = fragment.to_table(columns=["broker", "physical_offset"]).to_pylist()
+        offsets = [r["physical_offset"] for r in found]
+        spans = offset is not None and min(offsets) <= offset <= max(offsets)
+        holding += spans or any((r["broker"], r["physical_offset"]) in wanted for r in found)
+    return holding
+
+
+def as_json(rows: list[dict]) -> list[str]:
+    """Rows as a sorted multiset of JSON texts (times and dates as text)."""
+    return sorted(json.dumps(row, sort_keys=True, default=str) for row in rows)
+
+
+def lookups_of(message: dict) -> list[tuple[str, dict[str, str]]]:
+    """The saved lookup queries that must find ``message``: by msgId, offsetMsgId, each
+    key, and its queue position when it was stored where it was sent."""
+    queries = [("message_by_msg_id", {"msg_id": message["msgId"]}),
+               ("message_by_msg_id", {"msg_id": message["offsetMsgId"]})]
+    queries += [("message_by_key", {"key": key}) for key in message["keys"]]
+    if message.get("storedTopic") == message["topic"] and message.get("queueOffset") is not None:
+        queries.append(("message_by_position", {
+            "topic": message["topic"], "queue_id": str(message["queueId"]),
+            "queue_offset": str(message["queueOffset"])}))
+    return queries
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=SHARED_FIXTURES)
+@given(data=st.data())
+def test_a_lookup_finds_exactly_what_a_full_scan_finds_in_the_files_holding_it(
+        warehouse, sent, data) -> None:  # type: ignore[no-untyped-def]
+    engine = LocalEngine(warehouse)
+    message = data.draw(st.sampled_from(sent), label="message")
+    for name, params in lookups_of(message):
+        narrowed, full, steps, final = narrowed_and_full(engine, name, params)
+        assert as_json(narrowed) == as_json(full), (name, params)
+        found = {r["msg_id"] for r in narrowed} | {r["offset_msg_id"] for r in narrowed}
+        assert message["msgId"] in found or message["offsetMsgId"] in found, (name, params)
+        offset = lookup.offset_in(params["msg_id"]) if "msg_id" in params else None
+        assert final[T.MESSAGES] == files_that_may_hold(warehouse, narrowed, offset), \
+            (name, params, final)
+        # the pointers come from one bucket: at most a file per load that wrote to it
+        assert steps[T.MESSAGE_LOOKUP] <= (1 + (offset is not None)) * (len(GROWING) + 1)
+
+
+def test_files_opened_stay_few_as_the_table_has_many(warehouse, sent) -> None:  # type: ignore[no-untyped-def]
+    """The property above in numbers: messages has a file per load at least, a lookup
+    opens one; message_lookup has sixteen buckets per load, a lookup opens one per load."""
+    engine = LocalEngine(warehouse)
+    message = next(m for m in sent if len(m["keys"]) > 1)
+    _, _, steps, final = narrowed_and_full(engine, "message_by_key",
+                                           {"key": message["keys"][0]})
+    all_files = {name: len(arrow_dataset(table_location(warehouse, name)).files)
+                 for name in (T.MESSAGES, T.MESSAGE_LOOKUP)}
+    assert final[T.MESSAGES] == 1 < all_files[T.MESSAGES]
+    assert steps[T.MESSAGE_LOOKUP] <= len(GROWING) + 1 < all_files[T.MESSAGE_LOOKUP]
+
+
+def test_a_message_not_yet_in_the_lookup_table_is_still_found_and_caught_up(
+        growing_store, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """s2's lookup rows are lost (its load died after its messages were committed, as
+    it would between the two appends): its messages are still found, by their snapshot;
+    the next load writes the rows of s2 and s3."""
+    stores = {name: growing_store / "snapshots" / name / "store" for name in GROWING}
+    load_in_process(tmp_path, "g", "s1", stores["s1"])
+    with monkeypatch.context() as patch:
+        patch.setattr(job, "write_lookup_rows", lambda *_args: LookupWrite())
+        load_in_process(tmp_path, "g", "s2", stores["s2"])
+    assert lookup.unindexed_snapshots(LocalEngine(tmp_path).query, tmp_path) == ["s2"]
+    engine = LocalEngine(tmp_path)
+    messages = arrow_dataset(table_location(tmp_path, T.MESSAGES))
+    in_s2 = messages.to_table(filter=(ds.field("first_snapshot_id") == "s2")
+                              & ds.field("msg_id").is_valid(), columns=["msg_id"])
+    msg_id = in_s2.column("msg_id")[0].as_py()
+    narrowed, full, _, _ = narrowed_and_full(engine, "message_by_msg_id", {"msg_id": msg_id})
+    assert narrowed == full and {r["msg_id"] for r in narrowed} == {msg_id}
+
+    load_in_process(tmp_path, "g", "s3", stores["s3"])
+    assert lookup.unindexed_snapshots(LocalEngine(tmp_path).query, tmp_path) == []
+    indexed = arrow_dataset(table_location(tmp_path, T.MESSAGE_LOOKUP)).to_table(
+        columns=["first_snapshot_id"]).column("first_snapshot_id").to_pylist()
+    assert set(indexed) == set(GROWING)
+    narrowed, full, _, _ = narrowed_and_full(engine, "message_by_msg_id", {"msg_id": msg_id})
+    assert narrowed == full and {r["msg_id"] for r in narrowed} == {msg_id}
+
+
+def test_every_message_row_has_its_lookup_rows(warehouse) -> None:  # type: ignore[no-untyped-def]
+    """message_lookup is complete: each msgId, key and queue position of every message row
+    (queued records) points back at that row, and at nothing else."""
+    engine = LocalEngine(warehouse)
+    expected = engine.query("""
+        SELECT 'msg_id' AS kind, msg_id AS lookup_value, broker, physical_offset, inner_index
+        FROM rmq.messages WHERE msg_id IS NOT NULL
+        UNION SELECT 'key', k, broker, physical_offset, inner_index
+        FROM (SELECT unnest(keys) AS k, broker, physical_offset, inner_index FROM rmq.messages)
+        WHERE k <> ''
+        UNION SELECT 'position', concat_ws(' ', topic, queue_id, queue_offset), broker,
+               physical_offset, inner_index
+        FROM rmq.messages WHERE transaction_type IN ('NOT', 'COMMIT')""").to_pylist()
+    got = engine.query("SELECT kind, lookup_value, broker, physical_offset, inner_index "
+                       "FROM rmq.message_lookup").to_pylist()
+    assert len(got) == len(expected) > 0
+    assert as_json(got) == as_json(expected)
