@@ -4,7 +4,8 @@ A warehouse is built the way the nightly DAG fills one: a synthetic broker store
 (bench/growing_broker.py: the load bench's record generator, 100-byte bodies, three
 topics of four queues, keys ``order-<i>`` unique and ``user-<i % 97>`` shared, three
 nights of commitlog kept) grows by ``messages / nights`` messages before each night; each
-night is loaded (``jobs.load.job.load_snapshot``, engine ``auto`` as the DAG runs it) and
+night is loaded (``jobs.load.job.load_snapshot``, engine ``auto`` and the driver's
+delta-rs registry, as the DAG's load task runs it) and
 maintained (``jobs.maintain.maintenance.maintain_tables``, what the DAG's ``maintain`` task
 runs). A night's messages span a day of store time, so ``messages`` gets a ``store_date``
 partition per night, as a real broker's would.
@@ -12,9 +13,10 @@ partition per night, as a real broker's would.
 Then each saved query and ``trace`` run as a user runs them: ``python -m jobs sql --saved``
 (and ``python -m jobs trace``) in a fresh process per run, on the in-process engine
 (median of ``--repeat`` runs) and on Spark (``--spark-repeat`` runs); ``SELECT 1`` measures
-start-up alone. Files read per query are DataFusion's own count (EXPLAIN ANALYZE, data
-files opened after the Delta log's pruning), over the lookup table's steps and the final
-query, counted in this process.
+start-up alone. The baseline is each lookup query's own SQL run as ad hoc SQL, which
+nothing narrows (a full scan, local engine only). Files read per query are DataFusion's
+own count (EXPLAIN ANALYZE, data files opened after the Delta log's pruning), over the
+lookup table's steps and the final query, counted in this process.
 
 Usage: python bench/lookups.py --messages 1000000 [--nights 30] [--no-spark]
        python bench/lookups.py --messages 10000000
@@ -54,6 +56,7 @@ def build(work: Path, messages: int, nights: int) -> list[dict]:
     """A fresh warehouse of ``messages`` messages over ``nights`` nightly loads, each
     followed by the DAG's maintenance; returns the seconds of each night's steps."""
     from jobs.lakehouse.spark_session import SparkOnDemand, build_spark_session
+    from jobs.lakehouse.tables import Registry
     from jobs.load.job import LoadOptions, load_snapshot
     from jobs.maintain.maintenance import maintain_tables
     from jobs.snapshot.manifest import snapshot_id_for
@@ -69,7 +72,8 @@ def build(work: Path, messages: int, nights: int) -> list[dict]:
             store.grow()
             grown = time.monotonic()
             snapshot_id = snapshot_id_for(FIRST_NIGHT + timedelta(days=night - 1))
-            summary = load_snapshot(spark, BROKER, snapshot_id, store.store, LoadOptions())
+            summary = load_snapshot(spark, BROKER, snapshot_id, store.store, LoadOptions(),
+                                    registry=Registry(None, warehouse))
             loaded = time.monotonic()
             maintain_tables(warehouse, BROKER, progress=lambda _line: None)
             done = time.monotonic()
@@ -97,6 +101,8 @@ def cases(messages: int) -> dict[str, list[str]]:
     return {
         "start-up (SELECT 1)": [*sql, "SELECT 1"],
         "message_by_key": [*sql, "--saved", "message_by_key", "-p", f"key=order-{index:012d}"],
+        "message_by_key (shared by 1 in 97)": [*sql, "--saved", "message_by_key", "-p",
+                                               f"key=user-{index % 97:04d}"],
         "message_by_msg_id": [*sql, "--saved", "message_by_msg_id", "-p",
                               f"msg_id={msg_id(index)}"],
         "message_by_msg_id (offsetMsgId)": [*sql, "--saved", "message_by_msg_id", "-p",
@@ -159,12 +165,30 @@ def table_files(warehouse: Path) -> dict[str, int]:
             for name in (T.MESSAGES, T.MESSAGE_LOOKUP, T.QUEUE_ENTRIES, T.CONSUMER_OFFSETS)}
 
 
+def full_scans(measured: dict[str, list[str]]) -> dict[str, list[str]]:
+    """The baseline: each saved lookup query's own SQL, parameters bound, run as ad hoc
+    SQL, which nothing narrows (what every lookup cost before message_lookup)."""
+    from jobs.query.lookup import lookup_of
+    from jobs.query.saved import bind_as_literals, saved_query
+
+    scans = {}
+    for name, args in measured.items():
+        if "--saved" in args and lookup_of(saved_query(args[args.index("--saved") + 1]).sql):
+            saved = saved_query(args[args.index("--saved") + 1])
+            params = dict(a.split("=", 1) for a in args[args.index("--saved") + 2:]
+                          if a != "-p")
+            scans[f"{name}, full scan"] = ["sql", "--format", "jsonl",
+                                           bind_as_literals(saved.sql, params)]
+    return scans
+
+
 def measure(warehouse: Path, messages: int, repeat: int, spark_repeat: int) -> dict:
     measured = cases(messages)
     uniq = msg_id(messages // 2 + 7)
     offset_id = offset_msg_id_of(warehouse, uniq)
     for args in measured.values():
         args[:] = [a.replace("{offset_msg_id}", offset_id) for a in args]
+    measured.update(full_scans(measured))
     results = {}
     for name, args in measured.items():
         local, spark, lines = [], [], 0
@@ -172,7 +196,7 @@ def measure(warehouse: Path, messages: int, repeat: int, spark_repeat: int) -> d
             if run < repeat:
                 took, lines = seconds(warehouse, "local", args)
                 local.append(took)
-            if run < spark_repeat:
+            if run < spark_repeat and not name.endswith("full scan"):
                 spark.append(seconds(warehouse, "spark", args)[0])
         results[name] = {"local_s": round(statistics.median(local), 3),
                          "spark_s": round(statistics.median(spark), 2) if spark else None,

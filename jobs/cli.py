@@ -54,12 +54,8 @@ def _parser() -> argparse.ArgumentParser:
     load.add_argument("--quiet", action="store_true", help="no progress lines")
     load.add_argument("--query", action="append", default=[], metavar="NAME",
                       help="after the load, show this saved query (no parameters)")
-    load.add_argument("--engine", choices=ENGINE_CHOICES, default="auto",
-                      help="where what is new gets decoded: local (this process, no JVM), "
-                      "spark (the executors), or auto (default): "
-                      "local up to --local-up-to-mib past the high-water marks")
-    load.add_argument("--local-up-to-mib", type=int, default=256, metavar="MIB",
-                      help="auto's limit (default 256, as config/pipeline.yaml)")
+    _engine_arguments(load, "where what is new gets decoded: local (this process, no JVM), "
+                      "spark (the executors)", "past the high-water marks")
 
     check = commands.add_parser("check", help="check a loaded snapshot: reconcile, Great "
                                 "Expectations, nightly report, alert")
@@ -69,12 +65,8 @@ def _parser() -> argparse.ArgumentParser:
                        "(default config/alerts.yaml)")
     check.add_argument("--output", type=Path, help="where Data Docs and reports go "
                        "(default <warehouse>/_checks)")
-    check.add_argument("--engine", choices=ENGINE_CHOICES, default="auto",
-                       help="where reconcile and Great Expectations run: local (DuckDB in "
-                       "this process, no JVM), spark, or auto (default): local up to "
-                       "--local-up-to-mib of commitlog in the snapshot")
-    check.add_argument("--local-up-to-mib", type=int, default=256, metavar="MIB",
-                       help="auto's limit (default 256, as config/pipeline.yaml)")
+    _engine_arguments(check, "where reconcile and Great Expectations run: local (DuckDB in "
+                      "this process, no JVM), spark", "of commitlog in the snapshot")
 
     sql = commands.add_parser("sql", help="run SQL over the tables (rmq.<table>); with no "
                               "query, an interactive shell")
@@ -121,6 +113,15 @@ def _parser() -> argparse.ArgumentParser:
     summary.add_argument("--config", type=Path, help="pipeline config (default "
                          "RMQ_PIPELINE_CONFIG or config/pipeline.yaml)")
     return parser
+
+
+def _engine_arguments(command: argparse.ArgumentParser, where: str, measured: str) -> None:
+    """``--engine`` and ``--local-up-to-mib``, which load and check share."""
+    command.add_argument("--engine", choices=ENGINE_CHOICES, default="auto",
+                         help=f"{where}, or auto (default): local up to --local-up-to-mib "
+                         f"{measured}")
+    command.add_argument("--local-up-to-mib", type=int, default=256, metavar="MIB",
+                         help="auto's limit (default 256, as config/pipeline.yaml)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

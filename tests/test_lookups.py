@@ -200,3 +200,18 @@ def test_every_message_row_has_its_lookup_rows(warehouse) -> None:  # type: igno
                        "FROM rmq.message_lookup").to_pylist()
     assert len(got) == len(expected) > 0
     assert as_json(got) == as_json(expected)
+
+
+def test_every_batch_member_and_every_key_of_a_message_finds_it(warehouse, features_store) -> None:  # type: ignore[no-untyped-def]
+    """Not left to the draw above: every inner batch member of the features store by its
+    own msgId, and every message with several keys by each of them, through the saved
+    queries as ``python -m jobs sql --saved`` runs them."""
+    engine = LocalEngine(warehouse)
+    chosen = [m for m in truth(features_store) if m.get("batch") or len(m["keys"]) > 1]
+    assert sum(1 for m in chosen if m.get("batch")) > 0 and len(chosen) > 100
+    for message in chosen:
+        found = engine.saved("message_by_msg_id", {"msg_id": message["msgId"]}).to_pylist()
+        assert [r["msg_id"] for r in found if r["broker"] == "f"] == [message["msgId"]]
+        for key in message["keys"]:
+            found = engine.saved("message_by_key", {"key": key}).to_pylist()
+            assert message["msgId"] in {r["msg_id"] for r in found if r["broker"] == "f"}, key

@@ -1,5 +1,5 @@
 """The layout of ``rmq.message_lookup``, shared by its writer (the load), its maintenance and
-its readers (saved lookup queries, ``python -m jobs find``).
+its readers (the saved lookup queries, jobs/query/lookup.py).
 
 A lookup by msgId, key or queue position over ``messages`` would read every file: nothing
 in a file's statistics says which msgIds or keys it holds, and a night's files hold the
@@ -13,8 +13,8 @@ be looked up by, pointing at the row's partition (``store_date``) and position
   row-group statistics and Bloom filters skip what cannot hold the value.
 
 The second step reads ``messages`` with the pointers as literals (store_date partitions,
-physical_offset statistics): a few files whatever the history. docs/lakehouse.md has the
-measurements behind the choice.
+physical_offset statistics): a few files whatever the history. docs/lakehouse.md says why
+this layout and not another; bench/README.md has the files read at 1 M and 10 M messages.
 """
 
 from __future__ import annotations
