@@ -182,13 +182,16 @@ def full_scans(measured: dict[str, list[str]]) -> dict[str, list[str]]:
     return scans
 
 
-def measure(warehouse: Path, messages: int, repeat: int, spark_repeat: int) -> dict:
+def measure(warehouse: Path, messages: int, repeat: int, spark_repeat: int,
+            only: list[str] | None = None) -> dict:
     measured = cases(messages)
     uniq = msg_id(messages // 2 + 7)
     offset_id = offset_msg_id_of(warehouse, uniq)
     for args in measured.values():
         args[:] = [a.replace("{offset_msg_id}", offset_id) for a in args]
     measured.update(full_scans(measured))
+    if only:
+        measured = {name: args for name, args in measured.items() if name in only}
     results = {}
     for name, args in measured.items():
         local, spark, lines = [], [], 0
@@ -242,6 +245,8 @@ def main() -> None:
     parser.add_argument("--no-spark", action="store_true")
     parser.add_argument("--reuse", action="store_true", help="measure the warehouse built "
                         "by an earlier run")
+    parser.add_argument("--only", action="append", metavar="QUERY", help="measure only this "
+                        "query again (with --reuse), keeping the other results")
     parser.add_argument("--summary", action="store_true")
     args = parser.parse_args()
     if args.summary:
@@ -257,7 +262,9 @@ def main() -> None:
         built.write_text(json.dumps(build(work, args.messages, args.nights)))
     nights = json.loads(built.read_text())
     queries = measure(work / "warehouse", args.messages, args.repeat,
-                      0 if args.no_spark else args.spark_repeat)
+                      0 if args.no_spark else args.spark_repeat, args.only)
+    if args.only:
+        queries = {**json.loads(out.read_text())["queries"], **queries}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"messages": args.messages, "nights_count": args.nights,
                                "nights": nights, "queries": queries,

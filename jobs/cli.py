@@ -307,10 +307,12 @@ def _sql(args: argparse.Namespace) -> int:
 
 def _trace(args: argparse.Namespace) -> int:
     """The ``message_journey`` saved query, printed as a journey."""
+    from jobs.query.output import python_rows
     from jobs.query.trace import JOURNEY_QUERY, format_journey, journey
 
     def answer(engine) -> int:  # type: ignore[no-untyped-def]
-        rows = engine.saved(JOURNEY_QUERY, {"msg_id": args.msg_id}).to_pylist()
+        # python_rows, not to_pylist(): pyarrow converts zoned timestamps through pandas
+        rows = list(python_rows(engine.saved(JOURNEY_QUERY, {"msg_id": args.msg_id})))
         print(format_journey(args.msg_id, journey(rows)))
         return EXIT_OK if rows else EXIT_REFUSED
 

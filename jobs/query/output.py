@@ -46,7 +46,7 @@ def write_result(table: pa.Table, out: TextIO, fmt: str = "table",
 def text_table(table: pa.Table) -> str:
     """An aligned table with a header rule, numbers right-aligned, like psql's."""
     names = table.column_names
-    cells = [[_cell(value) for value in row.values()] for row in _python_rows(table)]
+    cells = [[_cell(value) for value in row.values()] for row in python_rows(table)]
     widths = [max([len(name), *(len(row[i]) for row in cells)]) for i, name in enumerate(names)]
     numeric = [pa.types.is_integer(f.type) or pa.types.is_floating(f.type)
                or pa.types.is_decimal(f.type) for f in table.schema]
@@ -67,17 +67,17 @@ def _cell(value: object) -> str:
 def _write_csv(table: pa.Table, out: TextIO) -> None:
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(table.column_names)
-    for row in _python_rows(table):
+    for row in python_rows(table):
         writer.writerow(["" if v is None else _text(v) for v in row.values()])
 
 
 def json_rows(table: pa.Table) -> Iterator[dict[str, object]]:
     """Rows with every value as JSON holds it (the ``jsonl`` format's rows)."""
-    for row in _python_rows(table):
+    for row in python_rows(table):
         yield {name: _jsonable(value) for name, value in row.items()}
 
 
-def _python_rows(table: pa.Table) -> Iterator[dict[str, object]]:
+def python_rows(table: pa.Table) -> Iterator[dict[str, object]]:
     """Rows as Python values, maps as dicts (Arrow gives a map as a list of pairs).
 
     Top-level timestamps with a time zone become UTC datetimes here: pyarrow converts a
