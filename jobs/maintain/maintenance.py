@@ -147,6 +147,11 @@ def _maintain_table(warehouse: str, location: str, name: str, policy: TablePolic
     scope_lock = f"maintain-{name}" + (f"-{broker}" if policy.scope == BROKER else "")
     with try_lock(warehouse, scope_lock) as held:
         if held is not None:
+            # Plan from the table as it is now that the lock is ours: another maintenance
+            # may have compacted it since this handle was opened, and delta-rs commits a
+            # compaction planned on that stale version without a conflict (it removes files
+            # already removed and adds their rows again: the partition's rows doubled).
+            table.update_incremental()
             layout = WRITER_PROPERTIES.get(name)
             for filters in compactions(table, policy, broker):
                 metrics = table.optimize.compact(
