@@ -48,10 +48,13 @@ def load_in_process(warehouse: Path, broker: str, snapshot_id: str, store: Path)
 
 
 def truth(store_dir: Path) -> list[dict]:
-    """The truth's stored messages (sent and acknowledged, with where they were stored)."""
+    """The truth's stored messages (sent and acknowledged, with where they were stored)
+    that the loaded copies surely hold: of a running broker's copies, those acked before a
+    copy began (``inSnapshots``), not those sent during the last copy or after it."""
     rows = [json.loads(line) for line in
             (store_dir / "truth" / "messages.jsonl").read_text().splitlines()]
-    return [r for r in rows if r.get("acked") and r.get("msgId") and r.get("offsetMsgId")]
+    return [r for r in rows if r.get("acked") and r.get("msgId") and r.get("offsetMsgId")
+            and r.get("inSnapshots", ["the whole store"])]
 
 
 @pytest.fixture(scope="module")
