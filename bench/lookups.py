@@ -141,10 +141,10 @@ def files_read(warehouse: Path, args: list[str]) -> dict[str, int]:
 
     if args[0] == "trace":
         args = ["sql", "--saved", "message_journey", "-p", f"msg_id={args[1]}"]
-    if "--saved" not in args:
+    saved = saved_of(args)
+    if saved is None:
         return dict(LocalEngine(warehouse).files_opened(args[-1]))
-    name = args[args.index("--saved") + 1]
-    params = dict(a.split("=", 1) for a in args[args.index("--saved") + 2:] if a != "-p")
+    name, params = saved
     engine = LocalEngine(warehouse)
     opened: Counter[str] = Counter()
 
@@ -157,11 +157,20 @@ def files_read(warehouse: Path, args: list[str]) -> dict[str, int]:
     return dict(opened)
 
 
+def saved_of(args: list[str]) -> tuple[str, dict[str, str]] | None:
+    """The saved query and parameters a ``sql --saved NAME -p K=V ...`` command names."""
+    if "--saved" not in args:
+        return None
+    at = args.index("--saved")
+    return args[at + 1], dict(a.split("=", 1) for a in args[at + 2:] if a != "-p")
+
+
 def table_files(warehouse: Path) -> dict[str, int]:
     from jobs.lakehouse import tables as T
-    from jobs.lakehouse.driver_rows import arrow_dataset
+    from jobs.query.local_engine import LocalEngine
 
-    return {name: len(arrow_dataset(T.table_location(warehouse, name)).files)
+    engine = LocalEngine(warehouse)
+    return {name: engine.files(name).files
             for name in (T.MESSAGES, T.MESSAGE_LOOKUP, T.QUEUE_ENTRIES, T.CONSUMER_OFFSETS)}
 
 
@@ -173,12 +182,10 @@ def full_scans(measured: dict[str, list[str]]) -> dict[str, list[str]]:
 
     scans = {}
     for name, args in measured.items():
-        if "--saved" in args and lookup_of(saved_query(args[args.index("--saved") + 1]).sql):
-            saved = saved_query(args[args.index("--saved") + 1])
-            params = dict(a.split("=", 1) for a in args[args.index("--saved") + 2:]
-                          if a != "-p")
+        saved = saved_of(args)
+        if saved is not None and lookup_of(saved_query(saved[0]).sql):
             scans[f"{name}, full scan"] = ["sql", "--format", "jsonl",
-                                           bind_as_literals(saved.sql, params)]
+                                           bind_as_literals(saved_query(saved[0]).sql, saved[1])]
     return scans
 
 

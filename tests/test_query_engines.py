@@ -167,9 +167,10 @@ def run_sql_cli(warehouse: Path, *args: str, stdin: str = "") -> subprocess.Comp
                           timeout=120)
 
 
-def heavy_imports(warehouse: Path, *args: str) -> tuple[list[str], str]:
+def heavy_imports(warehouse: Path, *args: str) -> tuple[list[str], str, str]:
     """``python -m jobs --warehouse W ARGS`` run in a process that then prints which of
-    pyspark and pandas it imported, and the exit code: its output lines, and that verdict."""
+    pyspark and pandas it imported, and the exit code: its output lines, that verdict,
+    and its stderr."""
     probe = subprocess.run(
         [sys.executable, "-c", "import runpy, sys; sys.argv = ['jobs', '--warehouse', "
          f"{str(warehouse)!r}, *{list(args)!r}]\n"
@@ -178,7 +179,7 @@ def heavy_imports(warehouse: Path, *args: str) -> tuple[list[str], str]:
          "print(sorted({'pyspark', 'pandas'} & set(sys.modules)), code)"],
         cwd=REPO, text=True, capture_output=True, timeout=120)
     *lines, verdict = probe.stdout.splitlines()
-    return lines, verdict
+    return lines, verdict, probe.stderr
 
 
 @pytest.mark.spark
@@ -188,11 +189,12 @@ def test_lookups_and_trace_import_neither_pyspark_nor_pandas(engines, broker_sto
     params = saved_query_params(broker_stores)
     for name in ("message_by_key", "message_by_msg_id", "message_by_position"):
         bound = [arg for key, value in params[name].items() for arg in ("-p", f"{key}={value}")]
-        lines, verdict = heavy_imports(warehouse, "sql", "--saved", name, "--format", "jsonl",
-                                       *bound)
-        assert verdict == "[] 0" and lines, name
-    lines, verdict = heavy_imports(warehouse, "trace", params["message_journey"]["msg_id"])
-    assert verdict == "[] 0" and "dead letter" in "\n".join(lines)
+        lines, verdict, stderr = heavy_imports(warehouse, "sql", "--saved", name, "--format",
+                                               "jsonl", *bound)
+        assert verdict == "[] 0" and lines, (name, stderr)
+    lines, verdict, stderr = heavy_imports(warehouse, "trace",
+                                           params["message_journey"]["msg_id"])
+    assert verdict == "[] 0" and "dead letter" in "\n".join(lines), stderr
 
 
 @pytest.mark.spark
@@ -202,9 +204,9 @@ def test_the_cli_answers_without_a_jvm_in_every_format(engines):  # type: ignore
     sql = ("SELECT broker, count(*) AS n, max(store_time) AS newest FROM rmq.messages "
            "GROUP BY broker ORDER BY broker")
     expected = local.query(sql).to_pylist()
-    rows, verdict = heavy_imports(warehouse, "sql", sql, "--format", "jsonl")
+    rows, verdict, stderr = heavy_imports(warehouse, "sql", sql, "--format", "jsonl")
     # neither a JVM nor pandas (pyarrow imports it on some paths: most of a second)
-    assert verdict == "[] 0"
+    assert verdict == "[] 0", stderr
     assert [json.loads(r) for r in rows] == list(json_rows(local.query(sql)))
     as_csv = run_sql_cli(warehouse, sql, "--format", "csv")
     assert [(r["broker"], int(r["n"])) for r in csv.DictReader(io.StringIO(as_csv.stdout))] == \

@@ -52,7 +52,6 @@ class LocalEngine:
 
     def __init__(self, warehouse: Path) -> None:
         self.warehouse = Path(warehouse)
-        self._settings: dict[str, str] = {}  # DataFusion options set for every statement
 
     def tables(self) -> list[str]:
         """The lakehouse tables that exist in this warehouse, in the registry's order."""
@@ -77,8 +76,12 @@ class LocalEngine:
 
     def query(self, sql: str, params: dict[str, str] | None = None) -> pa.Table:
         """The rows of ``sql`` (with ``:name`` parameters bound) as an Arrow table."""
-        bound = bind_as_literals(sql, params or {})
-        builder = self._builder({name.lower() for name in TABLE_REFERENCE.findall(bound)})
+        return self._execute(bind_as_literals(sql, params or {}))
+
+    def _execute(self, bound: str, settings: dict[str, str] | None = None) -> pa.Table:
+        """Run bound SQL text with DataFusion ``settings`` for this statement alone."""
+        builder = self._builder({name.lower() for name in TABLE_REFERENCE.findall(bound)},
+                                settings or {})
         try:
             # from_stream, not pa.table(): pa.table() asks pandas (1 s to import) first
             return pa.RecordBatchReader.from_stream(builder.execute(bound)).read_all()
@@ -95,11 +98,8 @@ class LocalEngine:
         statistics pruning. A table whose files were all pruned is absent."""
         # A large file is scanned as several byte ranges, each counted as opened: counted
         # here with files unsplit, so that each file counts once.
-        self._settings["datafusion.optimizer.repartition_file_scans"] = "false"
-        try:
-            plan = self.query(f"EXPLAIN ANALYZE {bind_as_literals(sql, params or {})}")
-        finally:
-            del self._settings["datafusion.optimizer.repartition_file_scans"]
+        plan = self._execute(f"EXPLAIN ANALYZE {bind_as_literals(sql, params or {})}",
+                             {"datafusion.optimizer.repartition_file_scans": "false"})
         opened: dict[str, int] = {}
         for text in plan.column("plan").to_pylist():
             for line in text.splitlines():
@@ -112,14 +112,14 @@ class LocalEngine:
     def close(self) -> None:
         """Nothing to give back: DataFusion lives in this process."""
 
-    def _builder(self, tables: set[str]) -> QueryBuilder:
+    def _builder(self, tables: set[str], settings: dict[str, str]) -> QueryBuilder:
         """A DataFusion context for one statement, with ``tables`` registered at their
         latest committed versions (a few ms each): like a new Spark query, each statement
         sees the last night's commits, so a shell left open across a load reads the new
         night, and a saved lookup's later steps never read a table older than its first."""
         builder = QueryBuilder()
         builder.execute(f"CREATE SCHEMA {T.DATABASE}").read_all()
-        for option, value in self._settings.items():
+        for option, value in settings.items():
             builder.execute(f"SET {option} = {value}").read_all()
         for table in sorted(tables):
             builder.register(f"{T.DATABASE}.{table}", self._delta_table(table))
