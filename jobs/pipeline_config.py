@@ -23,7 +23,16 @@ brokers:
   - name: broker-b
     store: /home/rocketmq/store
     ssh_conn_id: rmq_broker_b_ssh           # ... or one read over SFTP on another host
+  - name: broker-a-s1                       # brokers of a cluster: cluster name and role
+    cluster: RmqCluster                     # (master, or slave with the master it copies)
+    role: slave
+    master: broker-a
+    store: /var/lib/rocketmq-slave/store
 ```
+
+A broker without ``cluster`` is a cluster of its own. A slave's commitlog holds the same
+records as its master's, so its messages are not loaded (its state is, and the cluster
+checks compare its bytes with its master's); a slave names a master of its own cluster.
 
 The Airflow Variable ``rmq_brokers`` (a JSON list of the same broker mappings), when set,
 replaces ``brokers``: operators add a broker without a deploy.
@@ -45,6 +54,8 @@ from jobs.lakehouse.jars import REPO_ROOT
 
 DEFAULT_CONFIG = REPO_ROOT / "config" / "pipeline.yaml"
 BROKER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+MASTER, SLAVE = "master", "slave"
+BROKER_KEYS = {"name", "store", "ssh_conn_id", "cluster", "role", "master"}
 
 
 class PipelineConfigError(ValueError):
@@ -58,13 +69,25 @@ class BrokerSource:
     name: str
     store: str
     ssh_conn_id: str | None = None
+    cluster: str | None = None  # None: a cluster of its own, named like the broker
+    role: str = MASTER
+    master: str | None = None   # a slave's master (a broker name of the same cluster)
 
     @property
     def location(self) -> str:
         return f"ssh://{self.ssh_conn_id}{self.store}" if self.ssh_conn_id else self.store
 
+    @property
+    def cluster_name(self) -> str:
+        return self.cluster or self.name
+
+    @property
+    def is_slave(self) -> bool:
+        return self.role == SLAVE
+
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "store": self.store, "ssh_conn_id": self.ssh_conn_id}
+        return {"name": self.name, "store": self.store, "ssh_conn_id": self.ssh_conn_id,
+                "cluster": self.cluster, "role": self.role, "master": self.master}
 
 
 @dataclass(frozen=True)
@@ -161,24 +184,49 @@ def parse_brokers(items: Any, origin: str) -> tuple[BrokerSource, ...]:
             raise PipelineConfigError(f"{origin}: not JSON: {error}") from error
     if not isinstance(items, list):
         raise PipelineConfigError(f"{origin}: brokers must be a list")
-    brokers = []
-    for number, item in enumerate(items):
-        if not isinstance(item, dict) or not {"name", "store"} <= set(item):
-            raise PipelineConfigError(f"{origin}: brokers[{number}] needs a name and a store")
-        extra = sorted(set(item) - {"name", "store", "ssh_conn_id"})
-        if extra:
-            raise PipelineConfigError(f"{origin}: brokers[{number}]: unknown key(s) "
-                                      f"{', '.join(extra)}")
-        name = str(item["name"])
-        if not BROKER_NAME.match(name):
-            raise PipelineConfigError(f"{origin}: brokers[{number}]: {name!r} is not a usable "
-                                      "broker name (letters, digits, '.', '_', '-')")
-        brokers.append(BrokerSource(name, str(item["store"]), item.get("ssh_conn_id") or None))
+    brokers = [_broker(item, number, origin) for number, item in enumerate(items)]
     names = [b.name for b in brokers]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise PipelineConfigError(f"{origin}: broker(s) listed twice: {', '.join(duplicates)}")
+    _check_roles(brokers, origin)
     return tuple(brokers)
+
+
+def _broker(item: Any, number: int, origin: str) -> BrokerSource:
+    if not isinstance(item, dict) or not {"name", "store"} <= set(item):
+        raise PipelineConfigError(f"{origin}: brokers[{number}] needs a name and a store")
+    extra = sorted(set(item) - BROKER_KEYS)
+    if extra:
+        raise PipelineConfigError(f"{origin}: brokers[{number}]: unknown key(s) "
+                                  f"{', '.join(extra)}")
+    name, cluster = str(item["name"]), item.get("cluster")
+    for what, value in (("broker", name), ("cluster", cluster)):
+        if value is not None and not BROKER_NAME.match(str(value)):
+            raise PipelineConfigError(f"{origin}: brokers[{number}]: {value!r} is not a usable "
+                                      f"{what} name (letters, digits, '.', '_', '-')")
+    role = str(item.get("role") or MASTER)
+    if role not in (MASTER, SLAVE):
+        raise PipelineConfigError(f"{origin}: brokers[{number}]: role must be {MASTER} or "
+                                  f"{SLAVE}, not {role!r}")
+    master = item.get("master")
+    if (role == SLAVE) != (master is not None):
+        raise PipelineConfigError(f"{origin}: brokers[{number}] ({name}): a slave names its "
+                                  "master, and only a slave does")
+    return BrokerSource(name, str(item["store"]), item.get("ssh_conn_id") or None,
+                        str(cluster) if cluster is not None else None, role,
+                        str(master) if master is not None else None)
+
+
+def _check_roles(brokers: list[BrokerSource], origin: str) -> None:
+    """Every slave's master is a listed master of the slave's cluster."""
+    by_name = {b.name: b for b in brokers}
+    for slave in (b for b in brokers if b.is_slave):
+        master = by_name.get(slave.master or "")
+        if master is None or master.is_slave or master.cluster_name != slave.cluster_name:
+            raise PipelineConfigError(
+                f"{origin}: {slave.name} is a slave of {slave.master!r}, which is not a "
+                f"listed master of cluster {slave.cluster_name!r}")
 
 
 def _number(path: Path, document: dict, key: str, default: float) -> float:
