@@ -1,6 +1,8 @@
 """rmq_nightly: every night, per configured broker, snapshot -> load -> check -> alert -> maintain
--> clean up, then ``run_outcome``, which tells the operator about any task that failed or was
-killed. Load and check take a slot of the Spark pool (``spark_pool_slots``) each.
+-> clean up; then per cluster of the config, check_cluster (cluster lag and status, replicas
+against their masters, the cluster page) -> alert_cluster; then ``run_outcome``, which tells
+the operator about any task that failed or was killed. Load and check take a slot of the
+Spark pool (``spark_pool_slots``) each.
 
 The steps are ``jobs.pipeline`` functions; this file only wires them into Airflow:
 brokers from ``config/pipeline.yaml`` (or the ``rmq_brokers`` Variable), one mapped task
@@ -41,13 +43,14 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from jobs import pipeline
 from jobs.lakehouse import tables as T
-from jobs.pipeline_config import BrokerSource, load_config, parse_brokers
+from jobs.pipeline_config import BrokerSource, clusters_of, load_config, parse_brokers
 from jobs.snapshot.manifest import snapshot_id_for
 
 log = logging.getLogger("rmq_nightly")
 CONFIG = load_config()  # cheap: one YAML file; the DAG processor re-reads it on each parse
 CHECKED_TABLES = [T.CHECK_RESULTS, T.CONSUMER_LAG, T.CONSUMER_STATUS, T.ALERTS]
-LOADED_TABLES = [t for t in T.TABLES if t not in CHECKED_TABLES]
+CLUSTER_TABLES = [T.CLUSTER_LAG, T.REPLICA_STATUS, T.CHECK_RESULTS, T.ALERTS]
+LOADED_TABLES = [t for t in T.TABLES if t not in {*CHECKED_TABLES, *CLUSTER_TABLES}]
 
 
 def table_asset(name: str) -> Asset:
@@ -196,13 +199,39 @@ def rmq_nightly() -> None:
         delivered = alert(check(load(taken)))
         maintain(delivered) >> clean_up(taken)
 
+    @task
+    def list_clusters(brokers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The clusters of this run (brokers with a ``cluster``), each with its brokers."""
+        clusters = clusters_of([BrokerSource(**b) for b in brokers])
+        return [{"cluster": name, "brokers": [b.as_dict() for b in members]}
+                for name, members in sorted(clusters.items())]
+
+    @task_group(group_id="cluster")
+    def per_cluster(cluster: dict[str, Any]) -> None:
+        # After every broker's tasks, whatever they did: a broker that failed is named
+        # missing on the cluster page and in the alert, the others are still judged.
+        @task(trigger_rule=TriggerRule.ALL_DONE, map_index_template="{{ rmq_cluster }}",
+              outlets=[table_asset(name) for name in CLUSTER_TABLES])
+        def check_cluster(cluster: dict[str, Any]) -> dict[str, Any]:
+            get_current_context()["rmq_cluster"] = cluster["cluster"]  # type: ignore[literal-required]
+            return _step(pipeline.check_cluster, CONFIG, cluster["cluster"],
+                         cluster["brokers"], _snapshot_id())
+
+        @task(map_index_template=BY_BROKER)
+        def alert_cluster(checked: dict[str, Any]) -> dict[str, Any]:
+            return _deliver(_labelled(checked))
+
+        alert_cluster(check_cluster(cluster))
+
     @task(trigger_rule=TriggerRule.ALL_DONE, retries=0)
     def run_outcome() -> dict[str, Any]:
         """Runs after everything, whatever happened: one alert naming every failed (or
         killed) task and its broker; fails itself then, so the run stays failed."""
         return _report_failures()
 
-    per_broker.expand(broker=list_brokers()) >> run_outcome()
+    brokers = list_brokers()
+    per_broker.expand(broker=brokers) >> per_cluster.expand(cluster=list_clusters(brokers)) \
+        >> run_outcome()
 
 
 def _remote_snapshot(broker: BrokerSource, snapshot_id: str) -> dict[str, Any]:

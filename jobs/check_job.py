@@ -31,8 +31,8 @@ from jobs.alerts.evaluation import (
     AlertRules,
     condition_history,
     evaluate,
+    keep_delivered,
     record_alert,
-    recorded_alert,
 )
 from jobs.check.consumer_status import judge_snapshot
 from jobs.check.engines import AUTO, DEFAULT_LOCAL_MIB, CheckEngine, engine_for
@@ -44,7 +44,6 @@ from jobs.lakehouse.tables import Registry
 from jobs.report.pages import write_report
 
 log = logging.getLogger(__name__)
-PENDING = "pending"
 
 
 @dataclass
@@ -88,7 +87,7 @@ def check_snapshot(spark_registry: Callable[[], Registry], warehouse: Path, brok
                      taken_at=_taken_at(lag_rows, statuses),
                      history=condition_history(registry, rules, broker, snapshot_id))
     if alert is not None:
-        alert, delivery = _unchanged(registry, rules, alert)
+        alert, delivery = keep_delivered(registry, rules, alert)
         record_alert(registry, alert, delivery)
     return CheckOutcome(reconciled, {r["group_name"]: r["status"] for r in statuses
                                      if r["level"] == "group"}, expectations, report, alert)
@@ -100,21 +99,6 @@ def _taken_at(lag_rows: list[dict], statuses: list[dict]) -> datetime | None:
         if row.get("snapshot_taken_at") is not None:
             return row["snapshot_taken_at"]
     return None
-
-
-def _unchanged(registry: Registry, rules: AlertRules,
-               alert: Alert) -> tuple[Alert, dict[str, str]]:
-    """The alert to record and its delivery map: every channel "pending", unless this
-    snapshot already has the very same alert recorded. Then it is kept as it was (raised_at
-    and what each channel answered), so checking a snapshot again never sends it twice."""
-    delivery = dict.fromkeys(rules.channels.names(), PENDING)
-    recorded = recorded_alert(registry, alert.broker, alert.snapshot_id)
-    if recorded is None or recorded[0].findings != alert.findings:
-        return alert, delivery
-    before, answered = recorded
-    delivery.update({channel: status for channel, status in answered.items()
-                     if channel in delivery})
-    return before, delivery
 
 
 def format_outcome(outcome: CheckOutcome) -> str:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from jobs.lakehouse import tables as T
 from jobs.lakehouse.tables import Registry
-from jobs.pipeline_config import BrokerSource, PipelineConfig
+from jobs.pipeline_config import SLAVE, BrokerSource, PipelineConfig
 from jobs.snapshot.copier import SnapshotError, SnapshotInPastError, take_snapshot
 from jobs.snapshot.manifest import snapshot_store
 from jobs.snapshot.retention import clean_up_snapshots
@@ -84,6 +84,7 @@ def snapshot_broker(config: PipelineConfig, broker: BrokerSource, snapshot_id: s
     log.info("%s", manifest.summary())
     return {
         "broker": broker.name, "snapshot_id": snapshot_id,
+        "cluster": broker.cluster_name, "role": broker.role, "master": broker.master,
         "store": str(snapshot_store(config.snapshot_root, broker.name, snapshot_id)),
         "taken_at": manifest.started_at, "existing": manifest.existing,
         "files": len(manifest.files), "from_broker_bytes": manifest.from_broker,
@@ -114,7 +115,8 @@ def load_broker(start_spark: Callable[[], SparkSession], config: PipelineConfig,
     broker, snapshot_id = snapshot["broker"], snapshot["snapshot_id"]
     options = LoadOptions(taken_at=datetime.fromisoformat(snapshot["taken_at"]),
                           engine=config.load_engine,
-                          local_up_to_mib=config.local_load_up_to_mib)
+                          local_up_to_mib=config.local_load_up_to_mib,
+                          replica=snapshot.get("role") == SLAVE)
     spark = SparkOnDemand(start_spark)  # started only if the load needs Spark
     try:
         with ConsoleProgress(spark, stream=_LogLines(broker)) as progress:
@@ -129,9 +131,9 @@ def load_broker(start_spark: Callable[[], SparkSession], config: PipelineConfig,
     log.info("%s: snapshot %s %s: %d bytes read, rows %s", broker, snapshot_id,
              "already loaded, nothing read" if summary.skipped else "loaded",
              summary.bytes_read, rows)
-    return {**_ids(snapshot), "skipped": summary.skipped, "bytes_read": summary.bytes_read,
-            "rows": rows, "quarantined_bytes": summary.quarantined_bytes,
-            "seconds": round(summary.seconds, 1)}
+    return {**_ids(snapshot), **_roles(snapshot), "skipped": summary.skipped,
+            "bytes_read": summary.bytes_read, "rows": rows,
+            "quarantined_bytes": summary.quarantined_bytes, "seconds": round(summary.seconds, 1)}
 
 
 def registry_for(spark: SparkSession | None, config: PipelineConfig) -> Registry:
@@ -141,6 +143,11 @@ def registry_for(spark: SparkSession | None, config: PipelineConfig) -> Registry
 
 def _ids(step: dict[str, Any]) -> dict[str, Any]:
     return {"broker": step["broker"], "snapshot_id": step["snapshot_id"]}
+
+
+def _roles(step: dict[str, Any]) -> dict[str, Any]:
+    """The broker's place in its cluster, passed along from the snapshot step."""
+    return {key: step.get(key) for key in ("cluster", "role", "master")}
 
 
 # --------------------------------------------------------------------------- check
@@ -162,6 +169,11 @@ def check_broker(start_spark: Callable[[], SparkSession], config: PipelineConfig
     from jobs.check_job import check_snapshot, format_outcome
 
     broker, snapshot_id = loaded["broker"], loaded["snapshot_id"]
+    if loaded.get("role") == SLAVE:
+        log.info("%s: snapshot %s is a slave's: checked against its master %s by the "
+                 "cluster stage", broker, snapshot_id, loaded.get("master"))
+        return {**_ids(loaded), "skipped": True, "replica_of": loaded.get("master"),
+                "findings": {}, "alert": None, "alert_severity": None}
     page = report_page(config, broker, snapshot_id)
     if loaded["skipped"] and page.is_file():
         log.info("%s: snapshot %s already checked (%s): nothing to do", broker, snapshot_id,
@@ -189,6 +201,29 @@ def _recorded(registry: Registry, broker: str, snapshot_id: str) -> dict[str, An
     alerts = registry.read_rows(T.ALERTS, broker=broker, snapshot_id=snapshot_id)
     return {"findings": findings, "alert": alerts[0]["title"] if alerts else None,
             "alert_severity": alerts[0]["severity"] if alerts else None}
+
+
+# --------------------------------------------------------------------------- cluster
+
+
+def check_cluster(config: PipelineConfig, cluster: str, brokers: list[dict[str, Any]],
+                  snapshot_id: str) -> dict[str, Any]:
+    """Cluster lag and status, replica checks, the cluster page and the cluster alert of
+    one night (no Spark); runs after every broker of the cluster was checked."""
+    from jobs.alerts.cluster_alerts import alert_name
+    from jobs.cluster_job import check_cluster_night, format_cluster_outcome
+
+    outcome = check_cluster_night(config.warehouse, cluster, [BrokerSource(**b) for b in brokers],
+                    snapshot_id, config.snapshot_root, rules_path=config.alerts_config,
+                    output=config.checks_output)
+    for line in format_cluster_outcome(outcome).splitlines():
+        log.info("cluster %s: %s", cluster, line)
+    return {"broker": alert_name(cluster), "snapshot_id": snapshot_id, "cluster": cluster,
+            "statuses": outcome.statuses, "diff_totals": outcome.diff_totals,
+            "replicas": {name: r.state for name, r in outcome.replicas.items()},
+            "report": str(outcome.report) if outcome.report else None,
+            "alert": outcome.alert.title if outcome.alert else None,
+            "alert_severity": outcome.alert.severity if outcome.alert else None}
 
 
 # --------------------------------------------------------------------------- maintenance

@@ -229,6 +229,17 @@ def _check_roles(brokers: list[BrokerSource], origin: str) -> None:
                 f"listed master of cluster {slave.cluster_name!r}")
 
 
+def clusters_of(brokers: tuple[BrokerSource, ...] | list[BrokerSource]
+                ) -> dict[str, list[BrokerSource]]:
+    """The clusters named in the config (``cluster:``), each with its brokers; a broker
+    without a cluster is a cluster of its own and needs no cluster stage."""
+    clusters: dict[str, list[BrokerSource]] = {}
+    for broker in brokers:
+        if broker.cluster is not None:
+            clusters.setdefault(broker.cluster, []).append(broker)
+    return clusters
+
+
 def _number(path: Path, document: dict, key: str, default: float) -> float:
     value = document.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:

@@ -14,7 +14,7 @@ from jobs.alerts.evaluation import (
     Conditions,
     LagRule,
     StatusRules,
-    _by_key,
+    by_key,
     evaluate,
     snapshot_findings,
 )
@@ -183,7 +183,7 @@ def nights(statuses: list[list[dict[str, Any]]],
         alert = evaluate(RULES, BROKER, f"s{i + 1}", check, [], [], status_rows=status,
                          taken_at=taken, history=list(history), now=taken)
         out.append(alert.findings if alert else None)
-        history.append(Conditions(f"s{i + 1}", taken, _by_key(snapshot_findings(
+        history.append(Conditions(f"s{i + 1}", taken, by_key(snapshot_findings(
             RULES, check, [], status))))
     return out
 
@@ -215,7 +215,7 @@ def test_alerts_follow_transitions_with_one_reminder_and_a_recovery() -> None:
 
 
 def test_the_same_night_evaluated_twice_gives_the_same_alert() -> None:
-    history = [Conditions("s1", T0, _by_key(snapshot_findings(
+    history = [Conditions("s1", T0, by_key(snapshot_findings(
         RULES, [], [], [status_row(1, "G", "OK")])))]
     twice = [evaluate(RULES, BROKER, "s2", [crc(2)], [], [],
                       status_rows=[status_row(2, "G", "LOST", lost=40)], taken_at=T0 + DAY,
@@ -226,7 +226,7 @@ def test_the_same_night_evaluated_twice_gives_the_same_alert() -> None:
 
 
 def test_an_alert_of_recoveries_only_is_info() -> None:
-    history = [Conditions("s1", T0, _by_key(snapshot_findings(
+    history = [Conditions("s1", T0, by_key(snapshot_findings(
         RULES, [crc(1)], [], [status_row(1, "G", "STALL")])))]
     alert = evaluate(RULES, BROKER, "s2", [], [], [], status_rows=[status_row(2, "G", "OK")],
                      taken_at=T0 + DAY, history=history, now=T0 + DAY)

@@ -50,7 +50,8 @@ S1, S2 = "2026-11-20T0200Z", "2026-11-21T0200Z"
 BROKER = "broker-a"
 D3, S3 = datetime(2026, 11, 22, 2, tzinfo=UTC), "2026-11-22T0200Z"
 TASKS = {"list_brokers", "broker.snapshot", "broker.load", "broker.check", "broker.alert",
-         "broker.maintain", "broker.clean_up", "run_outcome"}
+         "broker.maintain", "broker.clean_up", "list_clusters", "cluster.check_cluster",
+         "cluster.alert_cluster", "run_outcome"}
 #: The test's alert rules: consumer status over 2 snapshots, a queue lagging by <= 20 is OK,
 #: reminders after 0.0001 days (8.6 s: the next DAG run's snapshot is later than that); no
 #: lag-age threshold (the harness stores are hours older than the test's snapshots).
@@ -119,10 +120,14 @@ def test_the_dag_imports_with_its_tasks_retries_and_assets(airflow):  # type: ig
              "broker.maintain", "broker.clean_up"]
     for upstream, downstream in itertools.pairwise(chain):
         assert downstream in dag.get_task(upstream).downstream_task_ids
-    assert dag.get_task("list_brokers").downstream_task_ids == {"broker.snapshot"}
+    assert dag.get_task("list_brokers").downstream_task_ids == {"broker.snapshot",
+                                                                "list_clusters"}
     final = dag.get_task("run_outcome")   # runs whatever happened: tells about failures
     assert final.trigger_rule == "all_done" and final.retries == 0
-    assert dag.get_task("broker.clean_up").downstream_task_ids == {"run_outcome"}
+    # the clusters' stage runs after every broker, whatever happened to them
+    assert dag.get_task("broker.clean_up").downstream_task_ids == {"cluster.check_cluster"}
+    assert dag.get_task("cluster.check_cluster").trigger_rule == "all_done"
+    assert dag.get_task("cluster.alert_cluster").downstream_task_ids == {"run_outcome"}
     assert "broker.clean_up" in dag.get_task("broker.snapshot").downstream_task_ids
     assert dag.max_active_runs == 1 and not dag.catchup
     assert dag.timetable.expression == "0 2 * * *"
@@ -132,7 +137,10 @@ def test_the_dag_imports_with_its_tasks_retries_and_assets(airflow):  # type: ig
         assert task.retry_exponential_backoff == 2.0
     loaded = {asset.name for asset in dag.get_task("broker.load").outlets}
     checked = {asset.name for asset in dag.get_task("broker.check").outlets}
-    assert loaded == {f"rmq.{t}" for t in T.TABLES} - checked
+    clustered = {asset.name for asset in dag.get_task("cluster.check_cluster").outlets}
+    assert clustered == {f"rmq.{t}" for t in ("cluster_lag", "replica_status", "check_results",
+                                              "alerts")}
+    assert loaded == {f"rmq.{t}" for t in T.TABLES} - checked - clustered
     checked_tables = ("check_results", "consumer_lag", "consumer_status", "alerts")
     assert checked == {f"rmq.{t}" for t in checked_tables}
     warehouse = airflow.work / "warehouse"

@@ -56,7 +56,7 @@ def messages(store: Path) -> list[dict]:
     return pa.Table.from_batches(batches, schema=MESSAGE_SCHEMA).to_pylist()
 
 
-def _by_key(messages: list[dict]) -> dict[tuple[int, int], dict]:
+def by_key(messages: list[dict]) -> dict[tuple[int, int], dict]:
     return {(m["physical_offset"], m["inner_index"]): m for m in messages}
 
 
@@ -74,7 +74,7 @@ def test_every_record_has_ipv6_hosts_and_a_valid_property_crc(messages) -> None:
 def test_every_acked_send_is_found_with_its_fields(messages, truth) -> None:
     """Send results: offsetMsgId names the record; inner-batch members sit at INNER_BASE +
     their index; user properties, keys, tags, UNIQ_KEY, uncompressed body all equal."""
-    found = _by_key(messages)
+    found = by_key(messages)
     sent = [m for m in _jsonl(truth / "messages.jsonl") if m["acked"]]
     assert len(sent) == 271
     for message in sent:

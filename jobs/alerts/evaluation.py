@@ -49,6 +49,7 @@ ALERT_RANK = {ERROR: 0, WARNING: 1, INFO: 2}    # an alert of recoveries only is
 TOPIC_KINDS = ("normal", "retry", "dlq", "system")
 EMAIL, WEBHOOK = "email", "webhook"
 SENT = "sent"
+PENDING = "pending"
 # Great Expectations 1.x calls its worst severity "critical"; the contracts say "error".
 _SEVERITY_ALIASES = {"critical": ERROR, "error": ERROR, "warning": WARNING, "info": "info"}
 
@@ -113,6 +114,7 @@ class AlertRules:
     report_page: str = "{broker}/{snapshot_id}.html"
     channels: Channels = field(default_factory=Channels)
     status: StatusRules = field(default_factory=lambda: StatusRules())
+    replica: ReplicaRules = field(default_factory=lambda: ReplicaRules())
     source: str = "<memory>"
 
     @classmethod
@@ -150,6 +152,17 @@ class StatusRules:
     def alerts_on(self, group: str, status: str) -> bool:
         return (RANK[status] >= RANK[self.alert_from]
                 and not any(fnmatchcase(group, pattern) for pattern in self.ignore_groups))
+
+
+@dataclass(frozen=True)
+class ReplicaRules:
+    """``replica`` in config/alerts.yaml: when a slave counts as lagging behind its master,
+    and how old its synchronised consumer offsets may be."""
+
+    max_lag_bytes: int = 64 * 2**20
+    max_lag_seconds: float = 300.0
+    offsets_sync_seconds: float = 60.0
+    severity: str = WARNING
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -237,7 +250,8 @@ def _kind(value: Any) -> str:
 
 def _parse_rules(top: _Node) -> AlertRules:
     keys = top.mapping(("version", "lag", "lost_messages", "checks", "expectations",
-                        "report", "channels", "status"), required=("version", "lag"))
+                        "report", "channels", "status", "replica"),
+                        required=("version", "lag"))
     if type(keys["version"].value) is not int or keys["version"].value != 1:
         keys["version"].fail(f"unsupported version {keys['version'].value!r} (expected 1)")
     lag_rules, kinds = _parse_lag(keys["lag"])
@@ -252,6 +266,7 @@ def _parse_rules(top: _Node) -> AlertRules:
         report_page=page or AlertRules.report_page,
         channels=_parse_channels(keys["channels"]) if "channels" in keys else Channels(),
         status=_parse_status(keys["status"]) if "status" in keys else StatusRules(),
+        replica=_parse_replica(keys["replica"]) if "replica" in keys else ReplicaRules(),
         source=top.file,
     )
 
@@ -281,6 +296,30 @@ def _parse_status(node: _Node) -> StatusRules:
         ignore_groups=tuple(item.text() for item in keys["ignore_groups"].items())
         if "ignore_groups" in keys else default.ignore_groups,
     )
+
+
+def _parse_replica(node: _Node) -> ReplicaRules:
+    keys = node.mapping(("max_lag_bytes", "max_lag_seconds", "offsets_sync_seconds",
+                         "severity"))
+    default = ReplicaRules()
+    severity = keys["severity"].text() if "severity" in keys else default.severity
+    if severity not in SEVERITY_RANK:
+        keys["severity"].fail(f"{severity!r}: choose one of {', '.join(SEVERITY_RANK)}")
+
+    def number(key: str, fallback: float, integer: bool) -> float:
+        if key not in keys:
+            return fallback
+        value = keys[key].number(integer=integer)
+        if value < 0:
+            keys[key].fail("must be >= 0")
+        return value
+
+    return ReplicaRules(
+        max_lag_bytes=int(number("max_lag_bytes", default.max_lag_bytes, True)),
+        max_lag_seconds=float(number("max_lag_seconds", default.max_lag_seconds, False)),
+        offsets_sync_seconds=float(number("offsets_sync_seconds", default.offsets_sync_seconds,
+                                          False)),
+        severity=severity)
 
 
 def _parse_lag(node: _Node) -> tuple[tuple[LagRule, ...], frozenset[str]]:
@@ -414,7 +453,7 @@ def evaluate(rules: AlertRules, broker: str, snapshot_id: str, check_rows: Seque
                 *expectation_findings(rules, failed_expectations)]
     if history is not None:
         current = Conditions(snapshot_id, taken_at or now or datetime.now(UTC),
-                             _by_key(findings))
+                             by_key(findings))
         findings = transitions(rules, current, history)
     if not findings:
         return None
@@ -424,7 +463,7 @@ def evaluate(rules: AlertRules, broker: str, snapshot_id: str, check_rows: Seque
         snapshot_id=snapshot_id,
         raised_at=now or datetime.now(UTC),
         severity=findings[0].severity,
-        title=_title(broker, snapshot_id, findings),
+        title=title(broker, snapshot_id, findings),
         findings=tuple(f.line for f in findings),
         report_url=rules.report_url(broker, snapshot_id),
     )
@@ -491,7 +530,7 @@ def lag_findings(rules: AlertRules, lag_rows: Iterable[Row]) -> list[Finding]:
         if rule.max_messages is not None and lag.messages > rule.max_messages:
             findings.append(Finding(
                 rule.severity,
-                f"lag {group}: {lag.messages:,} messages on {_count(lag.queues, 'queue')} "
+                f"lag {group}: {lag.messages:,} messages on {plural(lag.queues, 'queue')} "
                 f"> {rule.max_messages:,} (rule '{rule.group}')",
                 lag_group=group, lag_messages=lag.messages, key=f"lag-messages {group}"))
         minutes = None if lag.oldest_seconds is None else lag.oldest_seconds / 60
@@ -511,7 +550,7 @@ def lost_message_findings(rules: AlertRules, lag_rows: Iterable[Row]) -> list[Fi
     return [
         Finding(ERROR,
                 f"lost messages {group}: {lag.lost:,} messages deleted by retention before "
-                f"the group consumed them, on {_count(lag.lost_queues, 'queue')} of "
+                f"the group consumed them, on {plural(lag.lost_queues, 'queue')} of "
                 f"{', '.join(sorted(lag.lost_topics))} (status below_min, rule lost_messages)",
                 key=f"status {group}", state="LOST")
         for group, lag in group_lag(rules, lag_rows).items() if lag.lost_queues
@@ -520,19 +559,19 @@ def lost_message_findings(rules: AlertRules, lag_rows: Iterable[Row]) -> list[Fi
 
 def check_findings(rules: AlertRules, check_rows: Iterable[Row]) -> list[Finding]:
     """A line per check_results row of an alerting severity."""
-    return [Finding(row["severity"], _check_line(row),
+    return [Finding(row["severity"], check_line(row),
                     key=f"check {row['check_name']} {row.get('scope') or 'broker'}")
             for row in check_rows if row["severity"] in rules.check_severities]
 
 
-def _check_line(row: Row) -> str:
+def check_line(row: Row) -> str:
     details = [f"{row.get('affected') or 0:,} affected"]
-    details += [f"{key} {_one_line(row[key])}" for key in ("expected", "observed")
+    details += [f"{key} {one_line(row[key])}" for key in ("expected", "observed")
                 if row.get(key) not in (None, "")]
     if row.get("sample_offsets"):
         details.append("from offsets " + ", ".join(str(o) for o in row["sample_offsets"]))
     return (f"check {row['check_name']} [{row['severity']}] {row.get('scope') or 'broker'}: "
-            f"{_one_line(row.get('explanation') or '')} ({'; '.join(details)})")
+            f"{one_line(row.get('explanation') or '')} ({'; '.join(details)})")
 
 
 def expectation_findings(rules: AlertRules, failed: Iterable[Any]) -> list[Finding]:
@@ -548,8 +587,8 @@ def expectation_findings(rules: AlertRules, failed: Iterable[Any]) -> list[Findi
         if severity in rules.expectation_severities:
             rule = row.get("rule") or row.get("rule_name") or "?"
             line = (f"expectation {row.get('table') or '?'}.{rule} [{severity}]: "
-                    f"{_one_line(row.get('description') or '')}")
-            observed = _one_line(row.get("observed") or "")
+                    f"{one_line(row.get('description') or '')}")
+            observed = one_line(row.get("observed") or "")
             if observed:
                 prefix = "" if observed.startswith("observed") else "observed "
                 line += f" ({prefix}{observed})"
@@ -565,8 +604,8 @@ def _as_mapping(item: Any) -> Mapping[str, Any]:
     return vars(item)
 
 
-def _title(broker: str, snapshot_id: str, findings: Sequence[Finding]) -> str:
-    counts = [_count(sum(f.severity == s for f in findings), s)
+def title(broker: str, snapshot_id: str, findings: Sequence[Finding]) -> str:
+    counts = [plural(sum(f.severity == s for f in findings), s)
               for s in SEVERITY_RANK if any(f.severity == s for f in findings)]
     recovered = sum(f.severity == INFO for f in findings)
     if recovered:
@@ -578,7 +617,7 @@ def _title(broker: str, snapshot_id: str, findings: Sequence[Finding]) -> str:
     return f"{broker} {snapshot_id}: {', '.join(counts)}"
 
 
-def _count(n: int, noun: str) -> str:
+def plural(n: int, noun: str) -> str:
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
@@ -587,7 +626,7 @@ def _ceil_tenth(value: float) -> float:
     return math.ceil(value * 10) / 10
 
 
-def _one_line(value: object) -> str:
+def one_line(value: object) -> str:
     return " ".join(str(value).split())
 
 
@@ -624,8 +663,8 @@ def _status_line(row: Row) -> str:
     if row.get("lag_seconds") is not None:
         numbers.append(f"oldest unconsumed {_ceil_tenth(row['lag_seconds'] / 60):,.1f} minutes old")
     numbers.append(catch_up_text(row))
-    return (f"status {row['group_name']}: {row['status']} on {_count(len(queues), 'queue')} "
-            f"({named}): {'; '.join(numbers)}; {_one_line(row.get('reason') or '')}")
+    return (f"status {row['group_name']}: {row['status']} on {plural(len(queues), 'queue')} "
+            f"({named}): {'; '.join(numbers)}; {one_line(row.get('reason') or '')}")
 
 
 def catch_up_text(row: Row) -> str:
@@ -663,7 +702,7 @@ class Conditions:
     findings: Mapping[str, Finding]
 
 
-def _by_key(findings: Iterable[Finding]) -> dict[str, Finding]:
+def by_key(findings: Iterable[Finding]) -> dict[str, Finding]:
     keyed: dict[str, Finding] = {}
     for finding in findings:
         key = finding.key or finding.line
@@ -763,7 +802,7 @@ def condition_history(registry: Registry, rules: AlertRules, broker: str,
                 for name in (T.CHECK_RESULTS, T.CONSUMER_LAG, T.CONSUMER_STATUS)}
         if not read[T.CONSUMER_LAG] and not read[T.CHECK_RESULTS]:
             continue  # never checked: no conditions known, not "all clear"
-        history.insert(0, Conditions(snap.snapshot_id, snap.taken_at, _by_key(snapshot_findings(
+        history.insert(0, Conditions(snap.snapshot_id, snap.taken_at, by_key(snapshot_findings(
             rules, read[T.CHECK_RESULTS], read[T.CONSUMER_LAG], read[T.CONSUMER_STATUS]))))
         if horizon is None or snap.taken_at is None or snap.taken_at <= horizon \
                 or len(history) >= MAX_HISTORY:
@@ -789,6 +828,21 @@ def record_alert(registry: Registry, alert: Alert, delivery: Mapping[str, str]) 
     }
     registry.replace_rows(T.ALERTS, [row], broker=alert.broker, snapshot_id=alert.snapshot_id)
     _log_alert(alert, delivery)
+
+
+def keep_delivered(registry: Registry, rules: AlertRules,
+               alert: Alert) -> tuple[Alert, dict[str, str]]:
+    """The alert to record and its delivery map: every channel "pending", unless this
+    snapshot already has the very same alert recorded. Then it is kept as it was (raised_at
+    and what each channel answered), so checking a snapshot again never sends it twice."""
+    delivery = dict.fromkeys(rules.channels.names(), PENDING)
+    recorded = recorded_alert(registry, alert.broker, alert.snapshot_id)
+    if recorded is None or recorded[0].findings != alert.findings:
+        return alert, delivery
+    before, answered = recorded
+    delivery.update({channel: status for channel, status in answered.items()
+                     if channel in delivery})
+    return before, delivery
 
 
 def _log_alert(alert: Alert, delivery: Mapping[str, str]) -> None:

@@ -62,11 +62,14 @@ CHECK_RESULTS = "check_results"
 CONSUMER_LAG = "consumer_lag"
 CONSUMER_STATUS = "consumer_status"
 ALERTS = "alerts"
+# Clusters: written per night by the cluster stage, after every broker of the cluster.
+CLUSTER_LAG = "cluster_lag"
+REPLICA_STATUS = "replica_status"
 
 TABLES = (MESSAGES, QUEUE_ENTRIES, INDEX_ENTRIES, MESSAGE_LOOKUP, TOPICS, SUBSCRIPTION_GROUPS,
           CONSUMER_OFFSETS, DELAY_OFFSETS, PENDING_TIMERS, SNAPSHOTS, QUARANTINE,
           RETENTION_GAPS, LOAD_STATE, LOAD_RUNS, MAINTENANCE_RUNS, CHECK_RESULTS, CONSUMER_LAG,
-          CONSUMER_STATUS, ALERTS)
+          CONSUMER_STATUS, ALERTS, CLUSTER_LAG, REPLICA_STATUS)
 # Audit logs: a row per attempt (load, maintenance), so they grow on every re-run; every
 # other table is unchanged by re-running a night.
 AUDIT_LOGS = frozenset({LOAD_RUNS, MAINTENANCE_RUNS})

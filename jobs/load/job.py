@@ -93,6 +93,9 @@ class LoadOptions:
     # else Spark), local or spark (jobs.load.fact_writers).
     engine: str = AUTO
     local_up_to_mib: int = DEFAULT_LOCAL_LOAD_MIB
+    # A slave's store (config/pipeline.yaml role: slave): its records are its master's
+    # records, loaded from the master; only its state and commitlog bounds are loaded.
+    replica: bool = False
 
 
 @dataclass
@@ -222,6 +225,16 @@ class SnapshotLoad:
         result.seconds = time.monotonic() - clock
         self.summary.results[table] = result
         return result
+
+    def plan(self, marks: list[HighWaterMark]) -> LoadPlan:
+        """What to decode: everything past the marks; for a replica, nothing (its records
+        are its master's), though planning still finds its commitlog's first offset."""
+        plan = plan_load(self.store, marks, split_bytes=self.options.split_bytes,
+                         queue_split_bytes=self.options.queue_split_bytes)
+        if self.options.replica:
+            plan.commitlog_tasks, plan.queue_tasks, plan.index_tasks = [], [], []
+            plan.gaps = []
+        return plan
 
     def write_lookup(self) -> None:
         """message_lookup rows of the new messages (and of any earlier snapshot of the
@@ -392,8 +405,7 @@ class SnapshotLoad:
             # Per-snapshot state needs no decoding: it is written while the executors decode.
             pending = self.start_writes(pool, self.state_writes())
             old_marks = self.marks()
-            plan = plan_load(self.store, old_marks, split_bytes=self.options.split_bytes,
-                             queue_split_bytes=self.options.queue_split_bytes)
+            plan = self.plan(old_marks)
             self.progress(f"planned {len(plan.tasks)} task(s): {len(plan.commitlog_tasks)} "
                           f"commitlog, {len(plan.queue_tasks)} queue, {len(plan.index_tasks)} "
                           f"index; {plan.planned_bytes(plan.tasks) / 2**20:.1f} MiB past the "
@@ -407,7 +419,8 @@ class SnapshotLoad:
                              self.context(T.QUEUE_ENTRIES, "queues", cl_end))
             self.decode_into(T.INDEX_ENTRIES, INDEX, plan.index_tasks,
                              self.context(T.INDEX_ENTRIES, INDEX))
-            self.write_lookup()
+            if not self.options.replica:
+                self.write_lookup()
             quarantine = self.quarantine_rows(plan)
             self.summary.quarantined_bytes = sum(int(row[4]) for row in quarantine)
             self.summary.retention_gap_bytes = sum(
@@ -419,6 +432,8 @@ class SnapshotLoad:
                 future.result()
         self.registry.replace_rows(T.LOAD_STATE, self.new_marks(plan, old_marks),
                                    broker=self.broker)
+        if self.options.replica:
+            cl_end = replica_write_offset(self.store)
         self.write_snapshot_row(LOADED, plan.commitlog_min_offset, cl_end, errors)
         self.write_load_runs()
         shutil.rmtree(Path(self.report_dir("x")).parent, ignore_errors=True)
@@ -458,6 +473,15 @@ def load_snapshot(spark: SparkSession | SparkOnDemand, broker: str, snapshot_id:
             return load.run()
     except BrokerBusyError as error:
         raise LoadRefusedError(str(error)) from error
+
+
+def replica_write_offset(store: Path) -> int | None:
+    """A replica's commitlog write position: the bytes it received from its master."""
+    from rmqlib.common.segments import list_segments
+    from rmqlib.store.replica import commitlog_data_end
+
+    directory = store / COMMITLOG
+    return commitlog_data_end(list_segments(directory)) if directory.is_dir() else None
 
 
 def ready_registry(spark: SparkOnDemand, registry: Registry | None) -> Registry:
