@@ -2,6 +2,7 @@
 
     python -m jobs load --broker NAME --snapshot-id ID STORE_DIR [--body-policy full|hash|none]
     python -m jobs check --broker NAME --snapshot-id ID    # reconcile, expectations, report, alert
+    python -m jobs cluster --cluster NAME --snapshot-id ID # cluster lag, replicas, page, alert
     python -m jobs sql "SELECT ... FROM rmq.messages"      # or: --saved NAME [-p key=value]
     python -m jobs sql                                     # an interactive SQL shell
     python -m jobs sql --list                              # the saved queries
@@ -48,6 +49,8 @@ def _parser() -> argparse.ArgumentParser:
     load.add_argument("--split-mib", type=int, default=64,
                       help="commitlog bytes per decode task (default 64)")
     load.add_argument("--no-crc", action="store_true", help="skip body CRC verification")
+    load.add_argument("--replica", action="store_true", help="a slave's store: load its "
+                      "state and commitlog bounds only (its records are its master's)")
     load.add_argument("--taken-at", type=datetime.fromisoformat,
                       help="when the snapshot was taken (ISO 8601, default newest file mtime)")
     load.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -67,6 +70,16 @@ def _parser() -> argparse.ArgumentParser:
                        "(default <warehouse>/_checks)")
     _engine_arguments(check, "where reconcile and Great Expectations run: local (DuckDB in "
                       "this process, no JVM), spark", "of commitlog in the snapshot")
+
+    cluster = commands.add_parser("cluster", help="judge a cluster's night (its brokers "
+                                  "loaded and checked): cluster lag and status, slaves "
+                                  "against their masters, the cluster page, the alert")
+    cluster.add_argument("--cluster", required=True, help="cluster name (config/pipeline.yaml)")
+    cluster.add_argument("--snapshot-id", required=True, help="the night's snapshot id")
+    cluster.add_argument("--config", type=Path, help="pipeline config naming the cluster's "
+                         "brokers and snapshot root (default config/pipeline.yaml)")
+    cluster.add_argument("--alerts-config", type=Path, help="thresholds and channels "
+                         "(default: the pipeline config's alerts_config)")
 
     sql = commands.add_parser("sql", help="run SQL over the tables (rmq.<table>); with no "
                               "query, an interactive shell")
@@ -146,6 +159,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _tables(args)
         if args.command == "summary":
             return _summary(args)
+        if args.command == "cluster":
+            return _cluster(args)
         return _maintain(args) if args.command == "maintain" else _run(args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -169,6 +184,39 @@ def _summary(args: argparse.Namespace) -> int:
     print("\n\n".join(format_run_summary(config, broker, args.snapshot_id)
                       for broker in brokers))
     return EXIT_OK
+
+
+def _cluster(args: argparse.Namespace) -> int:
+    """The cluster stage of a night, as the DAG's ``check_cluster`` runs it (no Spark)."""
+    from dataclasses import replace
+
+    from jobs.cluster_job import check_cluster_night, format_cluster_outcome
+    from jobs.pipeline_config import PipelineConfigError, clusters_of, load_config
+
+    try:
+        config = load_config(args.config)
+    except PipelineConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_REFUSED
+    if args.warehouse:
+        config = replace(config, warehouse=Path(args.warehouse).resolve())
+    brokers = clusters_of(config.brokers).get(args.cluster)
+    if not brokers:
+        print(f"error: {config.source} names no broker of cluster {args.cluster!r}",
+              file=sys.stderr)
+        return EXIT_REFUSED
+    try:
+        outcome = check_cluster_night(config.warehouse, args.cluster, brokers, args.snapshot_id,
+                                      config.snapshot_root,
+                                      rules_path=args.alerts_config or config.alerts_config,
+                                      output=config.checks_output)
+    except _refusals() as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_REFUSED
+    except Exception as error:  # one line, not a traceback
+        return _internal_error(error)
+    print(format_cluster_outcome(outcome))
+    return EXIT_OK if outcome.alert is None else EXIT_ALERT
 
 
 def _maintain(args: argparse.Namespace) -> int:
@@ -259,7 +307,8 @@ def _load(spark, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-de
 
     options = LoadOptions(split_bytes=args.split_mib * 2**20, body_policy=args.body_policy,
                           verify_crc=not args.no_crc, taken_at=args.taken_at,
-                          engine=args.engine, local_up_to_mib=args.local_up_to_mib)
+                          engine=args.engine, local_up_to_mib=args.local_up_to_mib,
+                          replica=args.replica)
     with ConsoleProgress(spark, quiet=args.quiet) as progress:
         summary = load_snapshot(spark, args.broker, args.snapshot_id, args.store, options,
                                 registry=Registry(None, _warehouse(args)), progress=progress)
