@@ -1,8 +1,8 @@
 """pytest fixtures for the real-broker stores: thin wrappers around ``stores.ensure_stores``.
 
 Import into a test module (or a conftest) with ``from <this module> import broker_stores,
-growing_store, features_store``; the module loads ``stores.py`` by path, so it works whether or
-not ``tests`` is a package.
+growing_store, features_store, cluster_store``; the module loads ``stores.py`` by path, so it
+works whether or not ``tests`` is a package.
 """
 
 from __future__ import annotations
@@ -61,6 +61,20 @@ def features_store() -> Path:
     use (~45 s), separately from the other variants."""
     try:
         return stores.ensure_stores([stores.FEATURES_VARIANT])[stores.FEATURES_VARIANT]
+    except stores.StoreGenerationError as exc:
+        details = f"\n{exc.details}" if exc.details else ""
+        pytest.fail(f"{exc}{details}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def cluster_store() -> Path:
+    """The ``v5-cluster`` variant dir: ``s1/<broker>/store`` (hot copies of broker-a, its slave
+    broker-a-s1, frozen with SIGSTOP and lagging, and broker-b), ``s2/<broker>/store`` (the same
+    store roots after every broker's clean shutdown, the slave caught up) and ``truth/``
+    (brokers.json, snapshots.json, expected.json, consume_stats_sN.jsonl, ha_sN.json, ...).
+    Generated on first use (~2 min), separately from the other variants."""
+    try:
+        return stores.ensure_stores([stores.CLUSTER_VARIANT])[stores.CLUSTER_VARIANT]
     except stores.StoreGenerationError as exc:
         details = f"\n{exc.details}" if exc.details else ""
         pytest.fail(f"{exc}{details}", pytrace=False)

@@ -15,7 +15,11 @@ The extra variant ``v5-growing`` (not part of ``VARIANTS``, see ``EXTRA_VARIANTS
 ``snapshots/s1|s2|s3/store`` (hot copies of the running broker's store) and
 ``truth/snapshots.json``. The extra variant ``v5-features`` (IPv6, BatchCQ, consume-queue ext, LMQ,
 property CRC, zstd/lz4, timers, magic-v2 pop retries) adds ``truth/batches.jsonl``, ``lmq.jsonl``,
-``timers.jsonl``, ``pops.jsonl``, ``queue_records.jsonl`` and ``runtime_stats.json``.
+``timers.jsonl``, ``pops.jsonl``, ``queue_records.jsonl`` and ``runtime_stats.json``. The extra
+variant ``v5-cluster`` (name server, broker-a master + its slave broker-a-s1, broker-b master)
+has no ``store/``: ``s1/<broker>/store`` (hot copies, the slave frozen and lagging) and
+``s2/<broker>/store`` (the store roots after every broker's clean shutdown), truth in
+``truth/`` (brokers.json, snapshots.json, expected.json, per-snapshot admin views).
 
 Stdlib only; imports nothing from the project. Usage::
 
@@ -57,7 +61,10 @@ GROWING_VARIANT = "v5-growing"
 #: Built only on request too: one 5.5.0 broker with every optional 5.x store feature switched on
 #: (batch consume queues, consume-queue ext, LMQ, property CRC, zstd/lz4, timers, IPv6).
 FEATURES_VARIANT = "v5-features"
-EXTRA_VARIANTS: tuple[str, ...] = (GROWING_VARIANT, FEATURES_VARIANT)
+#: Built only on request too: a 5.5.0 cluster (two masters, one slave of broker-a) with two
+#: snapshots, the first one taken while the slave was frozen (SIGSTOP) and lagging behind.
+CLUSTER_VARIANT = "v5-cluster"
+EXTRA_VARIANTS: tuple[str, ...] = (GROWING_VARIANT, FEATURES_VARIANT, CLUSTER_VARIANT)
 ALL_VARIANTS: tuple[str, ...] = VARIANTS + EXTRA_VARIANTS
 DEFAULT_VARIANT = "v5-clean"
 CACHE_ENV = "RMQ_STORE_CACHE"
@@ -224,9 +231,12 @@ def _failure_details(tmp: Path) -> tuple[str, str]:
     reason = next((ln[len("HARNESS ERROR: "):] for ln in reversed(driver)
                    if ln.startswith("HARNESS ERROR: ")), "")
     parts = []
-    for name in ("broker.out", "broker.log", "namesrv.out"):
+    # multi-broker variants (v5-cluster) log per broker: broker-a.out, broker-a.log, ...
+    per_broker = sorted(p.name for p in (tmp / "logs").glob("broker-*.out"))
+    per_broker += sorted(p.name for p in (tmp / "logs").glob("broker-*.log"))
+    for name in ("broker.out", "broker.log", *per_broker, "namesrv.out"):
         lines = _read_lines(tmp / "logs" / name)
-        if name == "broker.log":
+        if name.startswith("broker") and name.endswith(".log"):
             lines = [ln for ln in lines if " ERROR " in ln or " WARN " in ln or "Exception" in ln]
         if lines:
             parts.append(f"--- tail of logs/{name}\n" + _tail(lines, 12))

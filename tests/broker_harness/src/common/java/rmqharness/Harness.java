@@ -33,6 +33,10 @@ import java.util.concurrent.TimeUnit;
  * {@code snapshots/s1..s3/store}). Variants ending in {@code -features} run the 5.x-only
  * {@code FeaturesWorkload} (loaded by reflection through {@link Scenario}, the v4 module does not
  * have it): every optional store feature switched on, possibly over IPv6 ({@link #loopback}).
+ * Variants ending in {@code -cluster} run the 5.x-only {@code ClusterWorkload} ({@link ClusterScenario}):
+ * one name server and several brokers (two masters, one slave), each its own child JVM registered
+ * through {@link #addChild}; their store roots live in {@code DIR/s2/<broker>/store} and hot copies go
+ * to {@code DIR/s1/<broker>/store} (DIR gets no {@code store/}).
  *
  * <p>Usage: {@code java -cp ... rmqharness.Harness --variant v5-clean --out DIR [--timeout SEC]}.
  * DIR gets {@code store/} (storePathRootDir), {@code truth/}, {@code logs/}. Exit code 0 on
@@ -62,6 +66,7 @@ public final class Harness {
     final boolean killedMode;
     final boolean growingMode;
     final boolean featuresMode;
+    final boolean clusterMode;
     /** The address every process binds to, advertises and connects to: 127.0.0.1, or ::1 if the scenario says so. */
     String loopback = "127.0.0.1";
     /** A line-specific scenario class (-features), null otherwise. */
@@ -77,14 +82,18 @@ public final class Harness {
 
     private Process namesrv;
     private Process broker;
+    /** Further child JVMs of multi-broker scenarios (-cluster), killed with the others. */
+    private final List<Process> extraChildren = new ArrayList<>();
 
     Harness(String variant, Path out, int timeoutSec) {
         this.variant = variant;
         this.killedMode = variant.endsWith("-killed");
         this.growingMode = variant.endsWith("-growing");
         this.featuresMode = variant.endsWith("-features");
-        if (!killedMode && !growingMode && !featuresMode && !variant.endsWith("-clean")) {
-            throw new HarnessError("variant must end with -clean, -killed, -growing or -features: " + variant);
+        this.clusterMode = variant.endsWith("-cluster");
+        if (!killedMode && !growingMode && !featuresMode && !clusterMode && !variant.endsWith("-clean")) {
+            throw new HarnessError("variant must end with -clean, -killed, -growing, -features or -cluster: "
+                + variant);
         }
         String line = variant.substring(0, variant.indexOf('-'));
         if (!line.equals("v" + Compat.LINE)) {
@@ -180,6 +189,23 @@ public final class Harness {
         System.setProperty("user.home", work.resolve("home").toString());
         // Rebalance every second instead of every 20 s (new %RETRY% routes are picked up quickly).
         System.setProperty("rocketmq.client.rebalance.waitInterval", "1000");
+
+        if (clusterMode) {
+            // several brokers: the scenario starts the name server and the brokers itself (their store
+            // roots are DIR/s2/<broker>/store), so the single-broker store/ dir is not used
+            Files.deleteIfExists(store);
+            ClusterScenario cs = (ClusterScenario) Class.forName("rmqharness.ClusterWorkload")
+                .getDeclaredConstructor(Harness.class).newInstance(this);
+            Map<String, Object> run = new LinkedHashMap<>();
+            try {
+                cs.run(run);
+            } finally {
+                cs.writeTruth(run);
+            }
+            killChildren();
+            deleteTree(work);
+            return;
+        }
 
         if (featuresMode) {
             scenario = (Scenario) Class.forName("rmqharness.FeaturesWorkload").getDeclaredConstructor(Harness.class)
@@ -445,8 +471,15 @@ public final class Harness {
         }
     }
 
+    /** Registers a child JVM started by a scenario, so that {@link #killChildren} kills it too. */
+    synchronized void addChild(Process p) {
+        extraChildren.add(p);
+    }
+
     synchronized void killChildren() {
-        for (Process p : Arrays.asList(broker, namesrv)) {
+        List<Process> all = new ArrayList<>(Arrays.asList(broker, namesrv));
+        all.addAll(extraChildren);
+        for (Process p : all) {
             if (p != null && p.isAlive()) {
                 p.destroyForcibly();
                 try {
@@ -467,6 +500,14 @@ public final class Harness {
 
     /** A free port p on host such that p-below .. p+above are free too (broker uses p-2 and p+1). */
     static int freePort(String host, int below, int above) throws IOException {
+        return freePort(host, below, above, java.util.Collections.emptySet());
+    }
+
+    /**
+     * Like {@link #freePort(String, int, int)}, and none of p-below .. p+above is in {@code taken}
+     * (ports already handed to another process of the same run, not yet bound).
+     */
+    static int freePort(String host, int below, int above, java.util.Set<Integer> taken) throws IOException {
         for (int attempt = 0; attempt < 200; attempt++) {
             int p;
             try (ServerSocket s = new ServerSocket()) {
@@ -478,7 +519,7 @@ public final class Harness {
             }
             boolean ok = true;
             for (int q = p - below; q <= p + above && ok; q++) {
-                ok = canBind(q);
+                ok = !taken.contains(q) && canBind(q);
             }
             if (ok) {
                 return p;
@@ -564,6 +605,16 @@ public final class Harness {
         }
 
         void run(Workload wl, Map<String, Object> run) throws Exception;
+
+        void writeTruth(Map<String, Object> run) throws Exception;
+    }
+
+    /**
+     * A multi-broker scenario (loaded by name, constructor {@code (Harness)}): starts its own name server
+     * and brokers (registered with {@link #addChild}) and writes everything under {@code truth/}.
+     */
+    interface ClusterScenario {
+        void run(Map<String, Object> run) throws Exception;
 
         void writeTruth(Map<String, Object> run) throws Exception;
     }
