@@ -39,6 +39,7 @@ broker_stores = _load_harness_fixtures().broker_stores
 growing_store = _load_harness_fixtures().growing_store
 # The v5-features variant dir (every optional 5.x store feature, IPv6), built on first use.
 features_store = _load_harness_fixtures().features_store
+cluster_store = _load_harness_fixtures().cluster_store
 
 
 @pytest.fixture(scope="session")

@@ -228,7 +228,8 @@ def _offsets_stale(pair: ReplicaPair, rules: ReplicaRules,
     if not behind or (age is not None and age <= rules.offsets_sync_seconds):
         return []
     groups = sorted({b[0] for b in behind})
-    shown = ", ".join(f"{g}@{t}:{q} {s:,} < {m:,}" for g, t, q, s, m in behind[:3])
+    shown = ", ".join(f"{g}@{t}:{q} {'none' if s < 0 else f'{s:,}'} < {m:,}"
+                      for g, t, q, s, m in behind[:3])
     return [_finding(
         "replica_offsets_stale", rules.severity, "broker", len(behind),
         f"the consumer offsets of {pair.master}, or a copy at most "
