@@ -52,3 +52,38 @@ def test_a_scheduled_dag_run_of_four_brokers_keeps_to_the_spark_pool(  # type: i
     assert 1 <= run.peak_spark_jvms <= SLOTS
     snapshots = DeltaTable(str(table_location(tmp_path / "warehouse", T.SNAPSHOTS)))
     assert sorted(snapshots.to_pyarrow_table().column("broker").to_pylist()) == sorted(FLEET)
+
+
+def test_a_scheduled_dag_run_over_a_cluster_judges_the_cluster(  # type: ignore[no-untyped-def]
+        cluster_store, tmp_path: Path):
+    """``rmq_nightly`` over the real 5.5.0 cluster (two masters and a slave, their stores as
+    the brokers left them at s2) under the scheduler: the brokers' task groups run side by
+    side (LocalExecutor), then the cluster's stage; Diff Total per group equals what
+    ``consumerProgress`` printed, and the slave is a copy of its master."""
+    import json
+
+    truth = cluster_store / "truth"
+    brokers = [{"name": b["name"], "store": str(cluster_store / "s2" / b["name"] / "store"),
+                "cluster": b["cluster"], "role": b["role"], "master": b["master"]}
+               for b in json.loads((truth / "brokers.json").read_text())]
+    with deployment(tmp_path, brokers, POOL, SLOTS) as airflow:
+        run = airflow.run("rmq_nightly", datetime(2026, 11, 24, 2, tzinfo=UTC), 1200)
+        logs = airflow.log_tail("scheduler")
+    states = {(t.task_id, t.map_index): t.state for t in run.tasks}
+    assert run.state == "success", (states, logs)
+    for step in ("snapshot", "load", "check", "alert", "maintain", "clean_up"):
+        assert {states[(f"broker.{step}", i)] for i in range(len(brokers))} == {"success"}
+    assert states[("cluster.check_cluster", 0)] == states[("cluster.alert_cluster", 0)] \
+        == "success"
+    assert 1 <= run.most_at_once(POOL) <= SLOTS
+    warehouse = tmp_path / "warehouse"
+    lag = DeltaTable(str(table_location(warehouse, T.CLUSTER_LAG))).to_pyarrow_table()
+    totals = {r["group_name"]: r["diff_total"] for r in lag.to_pylist() if r["level"] == "group"}
+    progress = [json.loads(line) for line in (truth / "consumer_progress_s2.jsonl").open()]
+    assert {p["group"]: totals[p["group"]] for p in progress} == \
+        {p["group"]: p["diffTotal"] for p in progress}
+    replica = DeltaTable(str(table_location(warehouse, T.REPLICA_STATUS))).to_pyarrow_table()
+    assert [(r["broker"], r["state"], r["lag_bytes"]) for r in replica.to_pylist()] == \
+        [("broker-a-s1", "in_sync", 0)]
+    pages = list((warehouse / "_checks" / "reports").glob("cluster:RmqCluster/*.html"))
+    assert len(pages) == 1
