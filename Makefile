@@ -44,8 +44,9 @@ jars: $(INSTALLED)
 	$(PY) -m jobs.lakehouse.jars >/dev/null
 
 ## stores: real RocketMQ broker stores + ground truth in .cache/stores (built once, three at
-## a time): the four main variants, v5-growing (hot snapshots of one running broker) and
-## v5-features (every optional 5.x store feature); `make test` builds them first
+## a time): the four main variants, v5-growing (hot snapshots of one running broker),
+## v5-features (every optional 5.x store feature) and v5-cluster (two masters and a slave);
+## `make test` builds them first
 stores: $(INSTALLED)
 	$(PY) tests/broker_harness/stores.py --variants all
 

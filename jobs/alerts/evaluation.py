@@ -35,6 +35,7 @@ from urllib.parse import quote
 import yaml
 
 from jobs.check.consumer_status import RANK, STATUSES, StatusSettings
+from jobs.check.replica import ReplicaRules
 
 if TYPE_CHECKING:
     from jobs.lakehouse.tables import Registry
@@ -152,17 +153,6 @@ class StatusRules:
     def alerts_on(self, group: str, status: str) -> bool:
         return (RANK[status] >= RANK[self.alert_from]
                 and not any(fnmatchcase(group, pattern) for pattern in self.ignore_groups))
-
-
-@dataclass(frozen=True)
-class ReplicaRules:
-    """``replica`` in config/alerts.yaml: when a slave counts as lagging behind its master,
-    and how old its synchronised consumer offsets may be."""
-
-    max_lag_bytes: int = 64 * 2**20
-    max_lag_seconds: float = 300.0
-    offsets_sync_seconds: float = 60.0
-    severity: str = WARNING
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

@@ -34,7 +34,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jobs.alerts.evaluation import ERROR, WARNING, ReplicaRules
 from jobs.lakehouse import tables as T
 from jobs.lakehouse.delta_io import sql_string
 from jobs.lakehouse.driver_rows import arrow_dataset, exists
@@ -49,11 +48,23 @@ if TYPE_CHECKING:
     from jobs.lakehouse.tables import Registry
 
 log = logging.getLogger(__name__)
+ERROR, WARNING = "error", "warning"
 IN_SYNC, LAGGING, DIVERGED, MASTER_MISSING = "in_sync", "lagging", "diverged", "master_missing"
 OFFSETS_FILE = "config/consumerOffset.json"
 # The largest record the broker stores (maxMessageSize, 4 MiB by default) and then some:
 # the last record before a write position starts at most this far before it.
 LAST_RECORD_WINDOW = 16 * 2**20
+
+
+@dataclass(frozen=True)
+class ReplicaRules:
+    """``replica`` in config/alerts.yaml: when a slave counts as lagging behind its master,
+    and how old its synchronised consumer offsets may be."""
+
+    max_lag_bytes: int = 64 * 2**20
+    max_lag_seconds: float = 300.0
+    offsets_sync_seconds: float = 60.0
+    severity: str = WARNING
 
 
 @dataclass(frozen=True)
