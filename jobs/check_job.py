@@ -29,6 +29,7 @@ from jobs.alerts.evaluation import (
     DEFAULT_CONFIG,
     Alert,
     AlertRules,
+    alert_lines,
     condition_history,
     evaluate,
     keep_delivered,
@@ -113,9 +114,5 @@ def format_outcome(outcome: CheckOutcome) -> str:
                                               outcome.statuses.items()) or "no groups"),
              *outcome.expectations.lines(),
              f"report: {outcome.report}"]
-    if outcome.alert is None:
-        lines.append("alert: none (no threshold crossed)")
-    else:
-        lines.append(f"alert [{outcome.alert.severity}]: {outcome.alert.title}")
-        lines += [f"  - {finding}" for finding in outcome.alert.findings]
+    lines += alert_lines(outcome.alert)
     return "\n".join(lines)

@@ -167,19 +167,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERNAL
 
 
-def _summary(args: argparse.Namespace) -> int:
+def _pipeline_config(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """``--config`` (default config/pipeline.yaml) with ``--warehouse`` applied; None after
+    printing why it cannot be read."""
+    from dataclasses import replace
+
     from jobs.pipeline_config import PipelineConfigError, load_config
-    from jobs.run_summary import format_run_summary
 
     try:
         config = load_config(args.config)
     except PipelineConfigError as error:
         print(f"error: {error}", file=sys.stderr)
-        return EXIT_REFUSED
+        return None
     if args.warehouse:
-        from dataclasses import replace
-
         config = replace(config, warehouse=Path(args.warehouse).resolve())
+    return config
+
+
+def _summary(args: argparse.Namespace) -> int:
+    from jobs.run_summary import format_run_summary
+
+    config = _pipeline_config(args)
+    if config is None:
+        return EXIT_REFUSED
     brokers = args.broker or [b.name for b in config.brokers]
     print("\n\n".join(format_run_summary(config, broker, args.snapshot_id)
                       for broker in brokers))
@@ -188,18 +198,12 @@ def _summary(args: argparse.Namespace) -> int:
 
 def _cluster(args: argparse.Namespace) -> int:
     """The cluster stage of a night, as the DAG's ``check_cluster`` runs it (no Spark)."""
-    from dataclasses import replace
-
     from jobs.cluster_job import check_cluster_night, format_cluster_outcome
-    from jobs.pipeline_config import PipelineConfigError, clusters_of, load_config
+    from jobs.pipeline_config import clusters_of
 
-    try:
-        config = load_config(args.config)
-    except PipelineConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
+    config = _pipeline_config(args)
+    if config is None:
         return EXIT_REFUSED
-    if args.warehouse:
-        config = replace(config, warehouse=Path(args.warehouse).resolve())
     brokers = clusters_of(config.brokers).get(args.cluster)
     if not brokers:
         print(f"error: {config.source} names no broker of cluster {args.cluster!r}",

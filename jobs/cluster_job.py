@@ -29,7 +29,14 @@ from jobs.alerts.cluster_alerts import (
     evaluate_cluster,
     night_rows,
 )
-from jobs.alerts.evaluation import DEFAULT_CONFIG, Alert, AlertRules, keep_delivered, record_alert
+from jobs.alerts.evaluation import (
+    DEFAULT_CONFIG,
+    Alert,
+    AlertRules,
+    alert_lines,
+    keep_delivered,
+    record_alert,
+)
 from jobs.check.cluster_lag import judge_cluster
 from jobs.check.replica import ReplicaOutcome, ReplicaPair, check_replica
 from jobs.lakehouse import tables as T
@@ -144,9 +151,5 @@ def format_cluster_outcome(outcome: ClusterOutcome) -> str:
                      f"{len(replica.findings)} finding(s)")
     if outcome.report:
         lines.append(f"report: {outcome.report}")
-    if outcome.alert is None:
-        lines.append("alert: none (no threshold crossed)")
-    else:
-        lines.append(f"alert [{outcome.alert.severity}]: {outcome.alert.title}")
-        lines += [f"  - {finding}" for finding in outcome.alert.findings]
+    lines += alert_lines(outcome.alert)
     return "\n".join(lines)

@@ -295,3 +295,22 @@ def test_the_cluster_page_names_every_broker_and_the_replication(nights) -> None
     text = page.read_text()
     for name in (*MASTERS, SLAVE, "G_CAUGHT", "G_LAG", "G_STOPPED", "in_sync"):
         assert name in text
+
+
+def test_the_cluster_command_runs_the_stage_by_hand(nights) -> None:
+    import subprocess
+    import sys
+
+    def jobs(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "jobs", *args], capture_output=True,
+                              text=True, timeout=600, check=False)
+
+    done = jobs("cluster", "--cluster", CLUSTER, "--snapshot-id", NIGHTS["s2"],
+                "--config", str(nights["config"]))
+    assert done.returncode == 1, done.stderr  # an alert was raised
+    assert f"cluster {CLUSTER} / {NIGHTS['s2']}:" in done.stdout
+    assert f"replica {SLAVE} of broker-a: in_sync, 0 bytes behind" in done.stdout
+    unknown = jobs("cluster", "--cluster", "Nope", "--snapshot-id", NIGHTS["s2"],
+                   "--config", str(nights["config"]))
+    assert unknown.returncode == 3 and unknown.stderr.count("\n") == 1
+    assert "names no broker of cluster 'Nope'" in unknown.stderr

@@ -835,6 +835,14 @@ def keep_delivered(registry: Registry, rules: AlertRules,
     return before, delivery
 
 
+def alert_lines(alert: Alert | None) -> list[str]:
+    """An alert as the lines of a one-screen summary (the CLI's, the task log's)."""
+    if alert is None:
+        return ["alert: none (no threshold crossed)"]
+    return [f"alert [{alert.severity}]: {alert.title}",
+            *(f"  - {finding}" for finding in alert.findings)]
+
+
 def _log_alert(alert: Alert, delivery: Mapping[str, str]) -> None:
     level = logging.ERROR if alert.severity == ERROR else logging.WARNING
     log.log(level, "alert %s [%s] %s; delivery %s\n  %s", alert.title, alert.severity,

@@ -492,8 +492,7 @@ def replica_chart(history: list[ReplicaRow]) -> Html:
 
 
 def _consumer_badge(status: str) -> Html:
-    css = f"consumer-{status}" if status in STATUS_COLORS else "consumer-other"
-    return Html(f'<span class="badge {css}">{html.escape(status)}</span>')
+    return Html(f'<span class="badge {_consumer_class(status)}">{html.escape(status)}</span>')
 
 
 def _consumer_class(status: str) -> str:
