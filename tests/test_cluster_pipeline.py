@@ -314,3 +314,25 @@ def test_the_cluster_command_runs_the_stage_by_hand(nights) -> None:
                    "--config", str(nights["config"]))
     assert unknown.returncode == 3 and unknown.stderr.count("\n") == 1
     assert "names no broker of cluster 'Nope'" in unknown.stderr
+
+
+def test_a_master_whose_check_did_not_run_is_missing_not_lag_free(cluster_store: Path,
+                                                                  tmp_path: Path) -> None:
+    stores = cluster_store / "s2"
+    config = load_config(write_config(tmp_path, brokers_of(cluster_store), stores))
+    for broker in config.brokers:  # broker-b's check task failed this night
+        taken = pipeline.snapshot_broker(config, broker, NIGHTS["s2"])
+        loaded = pipeline.load_broker(_no_spark, config, taken)
+        if broker.name != "broker-b":
+            pipeline.check_broker(_no_spark, config, loaded, config.alerts_config)
+    pipeline.check_cluster(config, CLUSTER, [b.as_dict() for b in config.brokers],
+                           NIGHTS["s2"])
+
+    truth = jsonl(cluster_store / "truth" / "consume_stats_s2.jsonl")
+    groups = [r for r in rows(tmp_path / "warehouse", T.CLUSTER_LAG, cluster=CLUSTER)
+              if r["level"] == "group"]
+    assert {r["group_name"] for r in groups} == {t["group"] for t in truth}
+    for row in groups:
+        assert (row["brokers"], row["missing_brokers"]) == (["broker-a"], ["broker-b"])
+        assert row["diff_total"] == sum(t["diff"] for t in truth if t["group"] ==
+                                        row["group_name"] and t["brokerName"] == "broker-a")

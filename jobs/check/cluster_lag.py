@@ -204,10 +204,22 @@ def read_night(registry: Registry, cluster: str, masters: Sequence[str], snapsho
                 by_id[snap.snapshot_id] = rows
             if len(checked) >= settings.window:
                 break
-        if by_id.get(snapshot_id) is not None and checked and checked[0].snapshot_id == snapshot_id:
+        if _checked(registry, broker, snapshot_id, by_id.get(snapshot_id)):
             lag[broker] = by_id
             windows[broker] = checked[::-1]
     return ClusterNight(cluster, snapshot_id, tuple(masters), lag, windows)
+
+
+def _checked(registry: Registry, broker: str, snapshot_id: str,
+             rows: list[dict[str, Any]] | None) -> bool:
+    """Whether the master's check of the night ran: it has consumer_lag rows, or it has no
+    consumer offsets to have any (a master whose check failed is missing, not lag-free)."""
+    from jobs.lakehouse import tables as T
+
+    if rows is None:
+        return False
+    return bool(rows) or not registry.read_rows(T.CONSUMER_OFFSETS, broker=broker,
+                                                snapshot_id=snapshot_id)
 
 
 def judge_cluster(registry: Registry, cluster: str, masters: Sequence[str], snapshot_id: str,
