@@ -11,6 +11,7 @@ from jobs import pipeline
 from jobs.pipeline_config import (
     BrokerSource,
     PipelineConfigError,
+    clusters_of,
     load_config,
     parse_brokers,
 )
@@ -51,6 +52,23 @@ def test_defaults_and_relative_paths(tmp_path, monkeypatch) -> None:  # type: ig
     ({"retries": -1}, "retries must be a number >= 0"),
     ({"deliver_alerts": "yes"}, "deliver_alerts must be true or false"),
     ({"schedul": "0 2 * * *"}, "unknown key(s) schedul"),
+    ({"brokers": [{"name": "b", "store": "/s", "role": "replica"}]},
+     "role must be master or slave, not 'replica'"),
+    ({"brokers": [{"name": "b", "store": "/s", "role": "slave"}]},
+     "a slave names its master, and only a slave does"),
+    ({"brokers": [{"name": "b", "store": "/s", "master": "a"}]},
+     "a slave names its master, and only a slave does"),
+    ({"brokers": [{"name": "a", "store": "/s", "cluster": "C1"},
+                  {"name": "b", "store": "/t", "cluster": "C2", "role": "slave",
+                   "master": "a"}]},
+     "b is a slave of 'a', which is not a listed master of cluster 'C2'"),
+    ({"brokers": [{"name": "a", "store": "/s", "cluster": "C", "role": "slave",
+                   "master": "b"},
+                  {"name": "b", "store": "/t", "cluster": "C", "role": "slave",
+                   "master": "a"}]},
+     "a is a slave of 'b', which is not a listed master of cluster 'C'"),
+    ({"brokers": [{"name": "a", "store": "/s", "cluster": "has space"}]},
+     "not a usable cluster name"),
 ])
 def test_a_wrong_config_names_the_file_and_the_key(tmp_path, document, message) -> None:  # type: ignore[no-untyped-def]
     path = write(tmp_path, document)
@@ -65,6 +83,21 @@ def test_the_brokers_variable_is_json() -> None:
     assert brokers[0].location == "ssh://c/s"
     with pytest.raises(PipelineConfigError, match="Variable: not JSON"):
         parse_brokers("[{", "Variable")
+
+
+def test_brokers_are_grouped_into_their_clusters() -> None:
+    brokers = parse_brokers(json.dumps([
+        {"name": "a", "store": "/a", "cluster": "C"},
+        {"name": "a-s1", "store": "/a1", "cluster": "C", "role": "slave", "master": "a"},
+        {"name": "b", "store": "/b", "cluster": "C"},
+        {"name": "lone", "store": "/l"}]), "Variable")
+    clusters = clusters_of(brokers)
+    assert list(clusters) == ["C"]  # a broker without a cluster needs no cluster stage
+    assert [(b.name, b.role, b.master) for b in clusters["C"]] == [
+        ("a", "master", None), ("a-s1", "slave", "a"), ("b", "master", None)]
+    assert brokers[3].cluster_name == "lone" and not brokers[3].is_slave
+    # what the DAG passes between tasks comes back the same
+    assert tuple(BrokerSource(**b.as_dict()) for b in brokers) == brokers
 
 
 def test_a_step_failure_names_the_broker_the_place_and_why(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
