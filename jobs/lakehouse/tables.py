@@ -70,6 +70,8 @@ TABLES = (MESSAGES, QUEUE_ENTRIES, INDEX_ENTRIES, MESSAGE_LOOKUP, TOPICS, SUBSCR
           CONSUMER_OFFSETS, DELAY_OFFSETS, PENDING_TIMERS, SNAPSHOTS, QUARANTINE,
           RETENTION_GAPS, LOAD_STATE, LOAD_RUNS, MAINTENANCE_RUNS, CHECK_RESULTS, CONSUMER_LAG,
           CONSUMER_STATUS, ALERTS, CLUSTER_LAG, REPLICA_STATUS)
+# Written by a cluster's stage of the night, never by a broker's load or check.
+CLUSTER_TABLES = (CLUSTER_LAG, REPLICA_STATUS)
 # Audit logs: a row per attempt (load, maintenance), so they grow on every re-run; every
 # other table is unchanged by re-running a night.
 AUDIT_LOGS = frozenset({LOAD_RUNS, MAINTENANCE_RUNS})
