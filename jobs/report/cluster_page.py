@@ -533,9 +533,12 @@ def _empty(text: str) -> Html:
 def _brokers_section(data: ClusterData) -> Html:
     rows = []
     for b in data.brokers:
-        href = broker_href(b.broker.name, data.snapshot_id)
-        link = Html(f'<a class="broker-link" href="{html.escape(href)}">'
-                    f"{html.escape(b.broker.name)} · {html.escape(data.snapshot_id)}</a>")
+        if b.broker.role == "slave":  # a slave has no page of its own: it is checked here
+            link = Html('<a class="replica-link" href="#replication">replication</a>')
+        else:
+            href = broker_href(b.broker.name, data.snapshot_id)
+            link = Html(f'<a class="broker-link" href="{html.escape(href)}">'
+                        f"{html.escape(b.broker.name)} · {html.escape(data.snapshot_id)}</a>")
         loaded = b.status is not None
         rows.append(([b.broker.name, _role_badge(b.broker.role), b.broker.master,
                       _listed(b.slaves), b.taken_at, b.status if loaded else "not loaded",
