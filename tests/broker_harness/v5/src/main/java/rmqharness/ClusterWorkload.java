@@ -677,31 +677,14 @@ final class ClusterWorkload implements Harness.ClusterScenario {
             r.put("plannedBrokerName", planned.getBrokerName());
             r.put("plannedQueueId", planned.getQueueId());
             long start = System.currentTimeMillis();
-            r.put("sendStartMs", start);
             try {
                 SendResult res = producer.send(msg, PLANNED, planned);
-                r.put("sendEndMs", System.currentTimeMillis());
-                r.put("sendStatus", res.getSendStatus().name());
-                r.put("acked", res.getSendStatus().name().equals("SEND_OK"));
-                r.put("error", null);
-                r.put("msgId", MessageClientIDSetter.getUniqID(msg));
-                r.put("offsetMsgId", res.getOffsetMsgId());
-                r.put("brokerName", res.getMessageQueue().getBrokerName());
-                r.put("queueId", res.getMessageQueue().getQueueId());
-                r.put("queueOffset", res.getQueueOffset());
+                wl.fillResult(r, msg, res, start, null, null);
                 String om = res.getOffsetMsgId();
                 r.put("commitLogOffset", om == null || om.length() < 16 ? null
                     : Long.parseUnsignedLong(om.substring(om.length() - 16), 16));
             } catch (Exception e) {
-                r.put("sendEndMs", System.currentTimeMillis());
-                r.put("sendStatus", "EXCEPTION");
-                r.put("acked", false);
-                r.put("error", e.getClass().getName() + ": " + e.getMessage());
-                r.put("msgId", MessageClientIDSetter.getUniqID(msg));
-                r.put("offsetMsgId", null);
-                r.put("brokerName", null);
-                r.put("queueId", null);
-                r.put("queueOffset", null);
+                wl.fillError(r, msg, e, start, null);
                 r.put("commitLogOffset", null);
             }
             if (!Boolean.TRUE.equals(r.get("acked"))) {
