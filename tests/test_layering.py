@@ -33,7 +33,7 @@ RANKS = {
         "common": 1,
         "commitlog": 2, "queues": 2, "indexfile": 2, "config": 2, "checkpoint": 2,
         "markers": 2,
-        "timers": 3,
+        "timers": 3, "dledger": 3,
         "store": 4,
         "cli": 5,
         "": 6,

@@ -1,0 +1,186 @@
+"""DLedger data files: where entries start, and what every byte is.
+
+One walk per data file, like the commitlog's (:mod:`rmqlib.commitlog.walk`), with the rules
+of :mod:`rmqlib.dledger.layout`. An ENTRY frame at file position p is valid iff MAGIC is 1,
+48 <= SIZE <= bytes left, POS == file start + p and BODY SIZE == SIZE - 48. A BLANK is
+valid iff MAGIC is -1 and its length field equals the bytes left in the file. From a valid
+frame the walk moves on by SIZE (a BLANK ends the file); at an invalid position it looks
+for the next valid frame: none but zeros after it is the end of the written data (zero
+tail; non-zero bytes before the zeros are a torn tail), a valid frame after it makes the
+gap corrupt. Every byte of the file lands in its FileAccount: entry bytes are ``decoded``,
+the BLANK and its padding ``blank``, unwritten zeros ``zero_tail``, gaps ``unreadable``.
+
+The file is read through windows (a few MiB plus one entry), never whole.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rmqlib.common.accounting import FileAccount
+from rmqlib.common.segments import parse_segment_name
+from rmqlib.dledger import layout as L
+
+WINDOW = 4 << 20
+MAGIC_BYTES = L.ENTRY_MAGIC.to_bytes(4, "big", signed=True)
+
+
+@dataclass(frozen=True)
+class DLedgerEntry:
+    """One entry's header; its body is bytes [body_offset, pos + size) of the data log."""
+
+    pos: int          # logical offset in the data log (file start + position)
+    size: int
+    index: int
+    term: int
+    channel: int
+    chain_crc: int
+    body_crc: int
+    body_size: int
+
+    @property
+    def body_offset(self) -> int:
+        """Where the body starts: the PHYSICALOFFSET of the commitlog record inside."""
+        return self.pos + L.ENTRY_HEADER_SIZE
+
+    @property
+    def end(self) -> int:
+        return self.pos + self.size
+
+
+@dataclass
+class DataFileScan:
+    """What the walk of one data file found besides its entries."""
+
+    path: str
+    file_start: int
+    file_size: int
+    account: FileAccount
+    entries: int = 0
+    blank_at: int | None = None          # file position of the BLANK, if any
+    logical_end: int | None = None       # file position where written data ends
+    corrupt: list[tuple[int, int, str]] = field(default_factory=list)  # position, length, why
+
+
+class _File:
+    """Windowed positional reads of one file."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        self._fd = os.open(self.path, os.O_RDONLY)
+        self.size = os.fstat(self._fd).st_size
+        self._base, self._data = 0, b""
+
+    def read(self, pos: int, length: int) -> bytes:
+        if not (self._base <= pos and pos + length <= self._base + len(self._data)):
+            self._base = pos
+            self._data = os.pread(self._fd, max(WINDOW, length), pos)
+        start = pos - self._base
+        return self._data[start:start + length]
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+def scan_data_file(path: str | Path) -> tuple[list[DLedgerEntry], DataFileScan]:
+    """Every valid entry of one data file, in order, and the file's byte account."""
+    handle = _File(path)
+    try:
+        start = parse_segment_name(path)
+        scan = DataFileScan(handle.path, start, handle.size, FileAccount(handle.path, handle.size))
+        entries = list(_walk(handle, start, scan))
+    finally:
+        handle.close()
+    scan.account.check()
+    return entries, scan
+
+
+def _walk(f: _File, start: int, scan: DataFileScan) -> Iterator[DLedgerEntry]:
+    position, size = 0, f.size
+    while position < size:
+        entry = entry_at(f, start, position)
+        if entry is not None:
+            scan.entries += 1
+            scan.account.decoded += entry.size
+            position += entry.size
+            yield entry
+            continue
+        if _is_blank(f, position):
+            scan.blank_at = position
+            scan.logical_end = position
+            scan.account.blank += size - position
+            return
+        following = _next_valid(f, start, position + 1)
+        if following is None:
+            _tail(f, position, scan)
+            return
+        reason = "no valid DLedger entry (magic, size, own position); next entry at file " \
+                 f"position {following}"
+        scan.corrupt.append((position, following - position, reason))
+        scan.account.add_unreadable(position, following - position, f"corrupt: {reason}")
+        position = following
+    scan.logical_end = size
+
+
+def entry_at(f: _File, start: int, position: int) -> DLedgerEntry | None:
+    """The entry framed at ``position``, or None when none is (see the module doc)."""
+    left = f.size - position
+    if left < L.ENTRY_HEADER_SIZE:
+        return None
+    magic, size, index, term, pos, channel, chain, body_crc, body_size = \
+        L.ENTRY_HEADER.unpack(f.read(position, L.ENTRY_HEADER_SIZE))
+    if (magic != L.ENTRY_MAGIC or not L.ENTRY_HEADER_SIZE <= size <= left
+            or pos != start + position or body_size != size - L.ENTRY_HEADER_SIZE):
+        return None
+    return DLedgerEntry(pos, size, index, term, channel, chain, body_crc, body_size)
+
+
+def _is_blank(f: _File, position: int) -> bool:
+    left = f.size - position
+    if left < L.MIN_BLANK_LENGTH:
+        return False
+    magic, length = L.BLANK_HEAD.unpack(f.read(position, L.BLANK_HEAD.size))
+    return magic == L.BLANK_MAGIC and length == left
+
+
+def _next_valid(f: _File, start: int, begin: int) -> int | None:
+    """The next file position >= begin where an entry is framed (by its magic)."""
+    position = begin
+    while position < f.size:
+        chunk = f.read(position, min(WINDOW, f.size - position))
+        at = chunk.find(MAGIC_BYTES)
+        while at >= 0:
+            if entry_at(f, start, position + at) is not None:
+                return position + at
+            chunk = f.read(position, min(WINDOW, f.size - position))  # reload the window
+            at = chunk.find(MAGIC_BYTES, at + 1)
+        position += max(len(chunk) - 3, 1)
+    return None
+
+
+def _tail(f: _File, position: int, scan: DataFileScan) -> None:
+    """No entry follows ``position``: zeros are the unwritten tail, anything before them
+    a torn entry at the write position."""
+    scan.logical_end = position
+    end = f.size
+    while end > position:
+        block = f.read(max(position, end - WINDOW), end - max(position, end - WINDOW))
+        stripped = block.rstrip(b"\x00")
+        if stripped:
+            end = max(position, end - WINDOW) + len(stripped)
+            break
+        end = max(position, end - WINDOW)
+    if end > position:
+        scan.account.add_unreadable(position, end - position,
+                                    "torn tail: bytes after the last entry that frame none")
+    scan.account.zero_tail += f.size - end
+
+
+def read_body(path: str | Path, entry: DLedgerEntry, file_start: int) -> bytes:
+    """The body bytes of ``entry`` from its data file."""
+    with open(path, "rb") as handle:
+        handle.seek(entry.body_offset - file_start)
+        return handle.read(entry.body_size)
