@@ -91,3 +91,36 @@ def test_a_torn_write_position_and_a_damaged_entry_are_reported_not_skipped(
     assert [e.pos for e in entries] == [p for p, _, _ in placed if p != pos]
     lost = scan.account.unreadable_bytes
     assert lost >= 1 and all(region.offset == pos - start for region in scan.account.unreadable)
+
+
+@EXAMPLES
+@given(layout=layouts, data=st.data())
+def test_the_index_units_match_the_entries_and_a_wrong_one_is_named(
+        tmp_path: Path, layout, data: st.DataObject) -> None:
+    from rmqlib.dledger.index import check_index, read_index_units
+
+    start, bodies = layout
+    path, placed = write_data_file(tmp_path, start, 65536, bodies)
+    entries, _ = scan_data_file(path)
+    units = bytearray(L.INDEX_UNIT_SIZE * (len(placed) + 3))  # unwritten units: zeros
+    for pos, size, index in placed:
+        L.INDEX_UNIT.pack_into(units, index * L.INDEX_UNIT_SIZE, L.ENTRY_MAGIC, pos, size,
+                               index, 1)
+    index_dir = tmp_path / "index"
+    index_dir.mkdir(exist_ok=True)
+    (index_dir / f"{0:020d}").write_bytes(bytes(units))
+    assert check_index(entries, list(read_index_units(index_dir))) == []
+    if not placed:
+        return
+    wrong = data.draw(st.sampled_from(placed), label="unit")[2]
+    struct.pack_into(">q", units, wrong * L.INDEX_UNIT_SIZE + 4, 7)  # its POS, now 7
+    (index_dir / f"{0:020d}").write_bytes(bytes(units))
+    problems = check_index(entries, list(read_index_units(index_dir)))
+    assert [p.index for p in problems] == [wrong]
+
+
+def test_checkpoint_and_term_files_are_java_properties(tmp_path: Path) -> None:
+    from rmqlib.dledger.index import read_properties
+
+    (tmp_path / "checkpoint").write_text("#comment\nendIndex=41\ncommittedIndex=40\n")
+    assert read_properties(tmp_path / "checkpoint") == {"endIndex": "41", "committedIndex": "40"}
