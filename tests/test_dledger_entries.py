@@ -124,3 +124,25 @@ def test_checkpoint_and_term_files_are_java_properties(tmp_path: Path) -> None:
 
     (tmp_path / "checkpoint").write_text("#comment\nendIndex=41\ncommittedIndex=40\n")
     assert read_properties(tmp_path / "checkpoint") == {"endIndex": "41", "committedIndex": "40"}
+
+
+@EXAMPLES
+@given(layout=st.lists(st.integers(0, 3000), min_size=1, max_size=60))
+def test_a_data_directory_yields_each_entrys_record_across_files(tmp_path: Path,
+                                                                 layout) -> None:
+    from rmqlib.dledger.records import scan_dledger
+
+    data = tmp_path / "dledger-n0" / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    for old in data.iterdir():
+        old.unlink()
+    file_size, start, placed, left = 32768, 0, [], list(layout)
+    while left:
+        _, here = write_data_file(data, start, file_size, left)
+        placed += here
+        left = left[len(here):]
+        start += file_size
+    scan = scan_dledger(data)
+    found = [(entry.pos, record.physical_offset) for entry, record in scan]
+    assert found == [(pos, pos + L.ENTRY_HEADER_SIZE) for pos, _, _ in placed]
+    assert scan.bad_bodies == [] and all(f.account.balanced for f in scan.files)
