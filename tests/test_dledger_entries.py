@@ -25,14 +25,14 @@ def entry_bytes(index: int, term: int, pos: int, body: bytes) -> bytes:
     return L.ENTRY_HEADER.pack(L.ENTRY_MAGIC, size, index, term, pos, 0, 0, 0, len(body)) + body
 
 
-def write_data_file(directory: Path, start: int, file_size: int,
-                    bodies: list[int]) -> tuple[Path, list[tuple[int, int, int]]]:
+def write_data_file(directory: Path, start: int, file_size: int, bodies: list[int],
+                    first_index: int = 0) -> tuple[Path, list[tuple[int, int, int]]]:
     """A data file at ``start`` with an entry per body size (a commitlog record padded by
     its properties), a BLANK when the next one no longer fits; returns the file and each
     entry's (pos, size, index)."""
     data = bytearray(file_size)
     placed, position = [], 0
-    for index, extra in enumerate(bodies):
+    for index, extra in enumerate(bodies, start=first_index):
         pos = start + position
         record = encode(Message(topic="TopicD", body=b"x" * extra, queue_offset=index,
                                  properties=(("UNIQ_KEY", f"ID{index:08d}"),)),
@@ -138,7 +138,7 @@ def test_a_data_directory_yields_each_entrys_record_across_files(tmp_path: Path,
         old.unlink()
     file_size, start, placed, left = 32768, 0, [], list(layout)
     while left:
-        _, here = write_data_file(data, start, file_size, left)
+        _, here = write_data_file(data, start, file_size, left, len(placed))
         placed += here
         left = left[len(here):]
         start += file_size
@@ -146,3 +146,46 @@ def test_a_data_directory_yields_each_entrys_record_across_files(tmp_path: Path,
     found = [(entry.pos, record.physical_offset) for entry, record in scan]
     assert found == [(pos, pos + L.ENTRY_HEADER_SIZE) for pos, _, _ in placed]
     assert scan.bad_bodies == [] and all(f.account.balanced for f in scan.files)
+
+
+def dledger_store(root: Path, bodies: list[int], file_size: int = 32768) -> list[tuple]:
+    """A store root holding only a DLedger log (data, index, checkpoint), like a DLedger
+    broker's before it dispatched anything; returns the entries (pos, size, index)."""
+    data = root / "dledger-n0" / "data"
+    data.mkdir(parents=True)
+    placed, start, left = [], 0, list(bodies)
+    while left:
+        _, here = write_data_file(data, start, file_size, left, len(placed))
+        placed += here
+        left = left[len(here):]
+        start += file_size
+    units = bytearray(L.INDEX_UNIT_SIZE * (len(placed) + 4))
+    for pos, size, index in placed:
+        L.INDEX_UNIT.pack_into(units, index * L.INDEX_UNIT_SIZE, L.ENTRY_MAGIC, pos, size,
+                               index, 1)
+    (root / "dledger-n0" / "index").mkdir()
+    (root / "dledger-n0" / "index" / f"{0:020d}").write_bytes(bytes(units))
+    (root / "dledger-n0" / "checkpoint").write_text(
+        f"committedIndex={len(placed) - 1}\nendIndex={len(placed) - 1}\n")
+    return placed
+
+
+def test_verify_reads_a_dledger_log_and_names_a_damaged_entry(tmp_path: Path) -> None:
+    from rmqlib.store.verify import verify_store
+
+    placed = dledger_store(tmp_path / "ok", [300] * 120)
+    report = verify_store(tmp_path / "ok")
+    assert report.errors == []
+    assert report.counts["dledger_entries"] == report.counts["commitlog_records"] == len(placed)
+    assert not any("not decoded" in f.message or "checked by rmq verify" in f.message
+                   for f in report.findings)
+
+    placed = dledger_store(tmp_path / "bad", [300] * 120)
+    pos = placed[50][0]
+    segment = tmp_path / "bad" / "dledger-n0" / "data" / f"{pos - pos % 32768:020d}"
+    raw = bytearray(segment.read_bytes())
+    raw[pos % 32768 + L.ENTRY_HEADER_SIZE + 100] ^= 0x01  # a byte of the record's body
+    segment.write_bytes(bytes(raw))
+    errors = verify_store(tmp_path / "bad").errors
+    assert [(e.check, e.offset) for e in errors] == [
+        ("body-crc", pos % 32768 + L.ENTRY_HEADER_SIZE)]

@@ -61,7 +61,8 @@ NOT_DECODED: dict[FileKind, str] = {
     FileKind.ROCKSDB: "RocksDB data (5.x): present, not decoded",
     FileKind.COMPACTION: "5.x compaction log of a COMPACTION topic: present, not decoded",
     FileKind.HA_STATE: "controller-mode HA state: present, not decoded",
-    FileKind.DLEDGER: "DLedger commitlog (different framing): present, not decoded",
+    FileKind.DLEDGER: "DLedger commitlog: checked by rmq verify (rmqlib.dledger), not yet "
+                      "loaded into the lakehouse",
     FileKind.UNKNOWN: "not a file a RocketMQ broker writes here",
 }
 
@@ -226,10 +227,11 @@ def take_inventory(root: str | Path) -> Inventory:
             inventory.files.append(
                 classify(absolute.relative_to(root), absolute.lstat().st_size)
             )
-    if not any(f.kind in (FileKind.COMMITLOG, FileKind.CONSUME_QUEUE, FileKind.CHECKPOINT)
-               for f in inventory.files):
+    if not any(f.kind in (FileKind.COMMITLOG, FileKind.CONSUME_QUEUE, FileKind.CHECKPOINT,
+                          FileKind.DLEDGER) for f in inventory.files):
         raise NotAStoreFileError(
-            "not a RocketMQ store: no commitlog, consumequeue or checkpoint found", path=root
+            "not a RocketMQ store: no commitlog, DLedger log, consumequeue or checkpoint "
+            "found", path=root
         )
     inventory.features = detect_features(inventory)
     inventory.generation, inventory.evidence = detect_generation(inventory)

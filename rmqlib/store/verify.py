@@ -51,6 +51,13 @@ from rmqlib.common.segments import (
     segment_issues,
     unsized_last_file,
 )
+from rmqlib.dledger.entries import DLedgerEntry, scan_data_file
+from rmqlib.dledger.index import check_index, read_index_units, read_properties
+from rmqlib.dledger.layout import CHECKPOINT_FILE as DLEDGER_CHECKPOINT
+from rmqlib.dledger.layout import DATA_DIR as DLEDGER_DATA
+from rmqlib.dledger.layout import INDEX_DIR as DLEDGER_INDEX
+from rmqlib.dledger.layout import INDEX_UNIT_SIZE
+from rmqlib.dledger.records import dledger_dirs
 from rmqlib.errors import StoreError
 from rmqlib.indexfile import (
     INDEX_TAG_TYPE,
@@ -74,7 +81,7 @@ from rmqlib.queues.consumequeue import (
     walk_queue_tree,
 )
 from rmqlib.queues.consumequeue_ext import ExtResolver
-from rmqlib.store.inventory import Inventory, take_inventory
+from rmqlib.store.inventory import NOT_DECODED, FileKind, Inventory, take_inventory
 from rmqlib.timers.timer_store import check_timer_store, commitlog_properties, read_timer_store
 
 ERROR = "error"
@@ -143,7 +150,10 @@ def verify_store(root: str | Path, *, verify_crc: bool = True) -> VerifyReport:
     report = VerifyReport(root, take_inventory(root))
     _check_inventory(report)
     entries = _load_index_entries(report)
-    facts = _check_commitlog(report, entries, verify_crc)
+    raft_logs = dledger_dirs(root)
+    facts = (_check_dledger(report, entries, raft_logs, verify_crc)
+             if raft_logs and not (root / "commitlog").is_dir()
+             else _check_commitlog(report, entries, verify_crc))
     _report_index_mismatches(report, entries, facts)
     queues = _check_consume_queues(report, facts)
     _check_batch_consume_queues(report, facts, queues)
@@ -159,6 +169,8 @@ def verify_store(root: str | Path, *, verify_crc: bool = True) -> VerifyReport:
 
 def _check_inventory(report: VerifyReport) -> None:
     for where, reason, files, size in report.inventory.not_decoded_groups():
+        if reason == NOT_DECODED[FileKind.DLEDGER]:
+            continue  # verify reads it (_check_dledger)
         report.add(WARNING, "inventory", report.root / where, None,
                    f"{files} file(s), {size} bytes: {reason}")
 
@@ -442,6 +454,74 @@ def _check_commitlog(report: VerifyReport, entries: IndexEntries,
     _warn_unsized(report, "commitlog", segments)
     report.counts["commitlog_end"] = last_end or 0
     return checker.facts()
+
+
+# Findings listed one by one before the rest is counted in one line.
+MAX_LISTED = 20
+
+
+def _check_dledger(report: VerifyReport, entries: IndexEntries, raft_logs: list[Path],
+                   verify_crc: bool) -> RecordFacts:
+    """A DLedger store's commitlog: every data file walked entry by entry (byte account,
+    corrupt gaps, torn tail), each entry's body checked as the commitlog record it holds
+    (the same checks as a commitlog's records), the index units against the entries, and
+    the checkpoint's end index against the last entry (rmqlib.dledger)."""
+    checker = CommitlogChecker(report, entries)
+    last_end: int | None = None
+    for raft_log in raft_logs:
+        data = raft_log / DLEDGER_DATA
+        found: list[DLedgerEntry] = []
+        for segment in list_segments(data):
+            file_entries, scan = scan_data_file(segment.path)
+            torn = frozenset((r.offset, r.length) for r in scan.account.unreadable
+                             if r.reason.startswith("torn tail"))
+            report.account(scan.account, expected=torn)
+            report.counts["dledger_entries"] += len(file_entries)
+            for entry in file_entries:
+                batch = _entry_record(segment, entry, verify_crc)
+                if batch is None:
+                    report.add(ERROR, "dledger-body", segment.path, entry.pos - segment.start,
+                               f"entry {entry.index} holds no valid commitlog record")
+                    continue
+                checker.check_batch(batch)
+                last_end = entry.end
+            found += file_entries
+        _check_dledger_index(report, raft_log, found)
+    report.counts["commitlog_end"] = last_end or 0
+    return checker.facts()
+
+
+def _entry_record(segment: Segment, entry: DLedgerEntry,
+                  verify_crc: bool) -> pa.RecordBatch | None:
+    """The commitlog record in an entry's body, as a one-row batch (None: not a record)."""
+    position = entry.body_offset - segment.start
+    scan = scan_segment_arrow(segment.path, position, position + 1, verify_crc=verify_crc)
+    batches = [b for b in scan if b.num_rows]
+    if len(batches) != 1 or batches[0].num_rows != 1 or \
+            batches[0]["total_size"][0].as_py() != entry.body_size:
+        return None
+    return batches[0]
+
+
+def _check_dledger_index(report: VerifyReport, raft_log: Path,
+                         entries: list[DLedgerEntry]) -> None:
+    index_dir = raft_log / DLEDGER_INDEX
+    if index_dir.is_dir():
+        problems = check_index(entries, list(read_index_units(index_dir)))
+        for problem in problems[:MAX_LISTED]:
+            report.add(ERROR, "dledger-index", index_dir, problem.index * INDEX_UNIT_SIZE,
+                       f"index {problem.index}: {problem.reason}")
+        if len(problems) > MAX_LISTED:
+            report.add(ERROR, "dledger-index", index_dir, None,
+                       f"{len(problems) - MAX_LISTED} more index problems")
+    else:
+        report.add(ERROR, "dledger-index", index_dir, None, "no DLedger index directory")
+    checkpoint = raft_log / DLEDGER_CHECKPOINT
+    if checkpoint.is_file() and entries:
+        end = read_properties(checkpoint).get("endIndex")
+        if end is not None and end.lstrip("-").isdigit() and int(end) > entries[-1].index:
+            report.add(ERROR, "dledger-checkpoint", checkpoint, None,
+                       f"endIndex {end} is past the last entry ({entries[-1].index})")
 
 
 def _report_index_mismatches(report: VerifyReport, entries: IndexEntries,
