@@ -189,3 +189,24 @@ def test_verify_reads_a_dledger_log_and_names_a_damaged_entry(tmp_path: Path) ->
     errors = verify_store(tmp_path / "bad").errors
     assert [(e.check, e.offset) for e in errors] == [
         ("body-crc", pos % 32768 + L.ENTRY_HEADER_SIZE)]
+
+
+def test_rmq_dump_dledger_shows_each_entry_and_its_record(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    placed = dledger_store(tmp_path, [300] * 120)
+
+    def rmq(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "rmqlib.cli.main", *args],
+                              capture_output=True, text=True, timeout=120, check=False)
+
+    text = rmq("dump", "dledger", str(tmp_path), "--limit", "2")
+    assert text.returncode == 0, text.stderr
+    assert f"entry index=1 term=1 pos={placed[1][0]} size={placed[1][1]}" in text.stdout
+    rows = [json.loads(line) for line in rmq("dump", "dledger", str(tmp_path),
+                                               "--json").stdout.splitlines()]
+    entries = [r for r in rows if r.get("kind") == "entry"]
+    assert [(r["index"], r["pos"], r["record"]["physical_offset"]) for r in entries] == \
+        [(index, pos, pos + L.ENTRY_HEADER_SIZE) for pos, _, index in placed]

@@ -496,12 +496,75 @@ def dump_timerwheel(args: argparse.Namespace) -> int:
     return _dump(args, "slots", each)
 
 
+def dump_dledger(args: argparse.Namespace) -> int:
+    """A DLedger log (a store root, its dledger-<id>/ or data/ directory, or one data file):
+    each entry's header, then the commitlog record in its body."""
+    from rmqlib.cli.dump import BLANK, UNREADABLE, ZERO_TAIL, Region
+    from rmqlib.commitlog.records import decode_record
+    from rmqlib.common.segments import list_segments
+    from rmqlib.dledger.entries import read_body, scan_data_file
+    from rmqlib.dledger.records import dledger_dirs
+
+    path = existing(args.path)
+    if path.is_file():
+        files = [path]
+    else:
+        logs = dledger_dirs(path) or ([path] if (path / "data").is_dir() else [])
+        directories = [log / "data" for log in logs] or [path]
+        files = [s.path for d in directories for s in list_segments(d)]
+
+    def each(window: Window, out: Output) -> Iterator[tuple[FileAccount, int]]:
+        for file in files:
+            entries, scan = scan_data_file(file)
+            start = scan.file_start
+            for entry in entries:
+                if not window.take():
+                    continue
+                head = (f"entry index={entry.index} term={entry.term} pos={entry.pos} "
+                        f"size={entry.size} channel={entry.channel} "
+                        f"chain_crc={entry.chain_crc} body_crc={entry.body_crc}")
+                try:
+                    record = decode_record(read_body(file, entry, start), segment_start=start,
+                                           position=entry.body_offset - start, path=str(file),
+                                           verify_crc=not args.no_crc)
+                except StoreError as error:
+                    out.unreadable += 1
+                    out.line(json.dumps({"kind": "entry", "index": entry.index,
+                                         "pos": entry.pos, "error": str(error)})
+                             if out.as_json else f"{head}\n   -- body: {error}")
+                    continue
+                out.line(json.dumps({"kind": "entry", "index": entry.index,
+                                     "term": entry.term, "pos": entry.pos,
+                                     "size": entry.size, "channel": entry.channel,
+                                     "chain_crc": entry.chain_crc, "body_crc": entry.body_crc,
+                                     "record": json.loads(record_json(record, args.body))})
+                         if out.as_json else f"{head}\n   {record_line(record)}")
+                if window.full:
+                    return
+            account = scan.account
+            for region in account.unreadable:
+                shown = Region(str(file), region.offset, region.length, UNREADABLE,
+                               region.reason)
+                _show(window, out, shown, shown.row, shown.text)
+            if scan.blank_at is not None:
+                blank = Region(str(file), scan.blank_at, account.blank, BLANK,
+                               "BLANK: end of the file")
+                _show(window, out, blank, blank.row, blank.text)
+            if account.zero_tail:
+                tail = Region(str(file), account.size - account.zero_tail, account.zero_tail,
+                              ZERO_TAIL, "zero tail: unwritten")
+                _show(window, out, tail, tail.row, tail.text)
+            yield account, scan.entries
+
+    return _dump(args, "entries", each)
+
+
 DUMPERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "commitlog": dump_commitlog, "consumequeue": dump_consumequeue, "cq": dump_consumequeue,
     "batchconsumequeue": dump_batchconsumequeue, "bcq": dump_batchconsumequeue,
     "consumequeue_ext": dump_consumequeue_ext, "ext": dump_consumequeue_ext,
     "index": dump_index, "config": dump_config, "checkpoint": dump_checkpoint,
-    "timerlog": dump_timerlog, "timerwheel": dump_timerwheel,
+    "timerlog": dump_timerlog, "timerwheel": dump_timerwheel, "dledger": dump_dledger,
 }
 
 
