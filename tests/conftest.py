@@ -40,6 +40,8 @@ growing_store = _load_harness_fixtures().growing_store
 # The v5-features variant dir (every optional 5.x store feature, IPv6), built on first use.
 features_store = _load_harness_fixtures().features_store
 cluster_store = _load_harness_fixtures().cluster_store
+# The v5-dledger variant dir (a 5.5.0 broker with a DLedger commitlog), built on first use.
+dledger_store = _load_harness_fixtures().dledger_store
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,8 @@
 """pytest fixtures for the real-broker stores: thin wrappers around ``stores.ensure_stores``.
 
 Import into a test module (or a conftest) with ``from <this module> import broker_stores,
-growing_store, features_store, cluster_store``; the module loads ``stores.py`` by path, so it
-works whether or not ``tests`` is a package.
+growing_store, features_store, cluster_store, dledger_store``; the module loads ``stores.py`` by
+path, so it works whether or not ``tests`` is a package.
 """
 
 from __future__ import annotations
@@ -75,6 +75,20 @@ def cluster_store() -> Path:
     Generated on first use (~2 min), separately from the other variants."""
     try:
         return stores.ensure_stores([stores.CLUSTER_VARIANT])[stores.CLUSTER_VARIANT]
+    except stores.StoreGenerationError as exc:
+        details = f"\n{exc.details}" if exc.details else ""
+        pytest.fail(f"{exc}{details}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def dledger_store() -> Path:
+    """The ``v5-dledger`` variant dir: ``store/`` (one 5.5.0 broker with ``enableDLegerCommitLog``:
+    a single-node Raft group whose log is ``dledger-n0/data`` + ``dledger-n0/index``, no
+    ``commitlog/``; clean shutdown), ``snapshots/s1/store`` (hot copy before the last ~100
+    messages) and ``truth/`` (messages, consumer_groups, topic_stats, dledger.json, ...).
+    Generated on first use (~45 s), separately from the other variants."""
+    try:
+        return stores.ensure_stores([stores.DLEDGER_VARIANT])[stores.DLEDGER_VARIANT]
     except stores.StoreGenerationError as exc:
         details = f"\n{exc.details}" if exc.details else ""
         pytest.fail(f"{exc}{details}", pytrace=False)

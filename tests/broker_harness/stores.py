@@ -19,7 +19,10 @@ property CRC, zstd/lz4, timers, magic-v2 pop retries) adds ``truth/batches.jsonl
 variant ``v5-cluster`` (name server, broker-a master + its slave broker-a-s1, broker-b master)
 has no ``store/``: ``s1/<broker>/store`` (hot copies, the slave frozen and lagging) and
 ``s2/<broker>/store`` (the store roots after every broker's clean shutdown), truth in
-``truth/`` (brokers.json, snapshots.json, expected.json, per-snapshot admin views).
+``truth/`` (brokers.json, snapshots.json, expected.json, per-snapshot admin views). The extra
+variant ``v5-dledger`` (one broker with ``enableDLegerCommitLog``: ``store/dledger-n0/{data,index,
+checkpoint,currterm}`` instead of ``store/commitlog/``) adds ``snapshots/s1/store`` (hot copy before
+the last ~100 messages), ``truth/dledger.json`` and ``truth/snapshots.json``.
 
 Stdlib only; imports nothing from the project. Usage::
 
@@ -64,7 +67,11 @@ FEATURES_VARIANT = "v5-features"
 #: Built only on request too: a 5.5.0 cluster (two masters, one slave of broker-a) with two
 #: snapshots, the first one taken while the slave was frozen (SIGSTOP) and lagging behind.
 CLUSTER_VARIANT = "v5-cluster"
-EXTRA_VARIANTS: tuple[str, ...] = (GROWING_VARIANT, FEATURES_VARIANT, CLUSTER_VARIANT)
+#: Built only on request too: one 5.5.0 broker whose commitlog is a single-node DLedger (Raft) log
+#: (``dledger-n0/data``, ``dledger-n0/index``), with a hot copy before the last ~100 messages.
+DLEDGER_VARIANT = "v5-dledger"
+EXTRA_VARIANTS: tuple[str, ...] = (GROWING_VARIANT, FEATURES_VARIANT, CLUSTER_VARIANT,
+                                   DLEDGER_VARIANT)
 ALL_VARIANTS: tuple[str, ...] = VARIANTS + EXTRA_VARIANTS
 DEFAULT_VARIANT = "v5-clean"
 CACHE_ENV = "RMQ_STORE_CACHE"
@@ -95,6 +102,10 @@ DRIVER_JVM_OPTS = [
 ]
 #: Variants whose processes talk over IPv6 (::1): their driver JVM must not prefer the IPv4 stack.
 IPV6_VARIANTS: tuple[str, ...] = (FEATURES_VARIANT,)
+#: Variants whose scenario class has its own ``main`` (everything else runs ``rmqharness.Harness``):
+#: v5-dledger lives entirely in ``DledgerWorkload.java``, so the shared ``Harness.java`` (part of
+#: every variant's fingerprint) did not have to change for it.
+MAIN_CLASSES: dict[str, str] = {DLEDGER_VARIANT: "rmqharness.DledgerWorkload"}
 
 
 def driver_jvm_opts(variant: str) -> list[str]:
@@ -260,7 +271,7 @@ def generate_variant(variant: str, cache: Path, fp: str) -> Path:
     _rmtree(tmp)
     (tmp / "logs").mkdir(parents=True)
     cmd = [_which("java"), *driver_jvm_opts(variant), f"-Duser.home={tmp / 'work' / 'home'}",
-           "-cp", _classpath(line), "rmqharness.Harness",
+           "-cp", _classpath(line), MAIN_CLASSES.get(variant, "rmqharness.Harness"),
            "--variant", variant, "--out", str(tmp), "--timeout", str(VARIANT_TIMEOUT - 60)]
     env = {k: v for k, v in os.environ.items() if k not in ("NAMESRV_ADDR", "JAVA_TOOL_OPTIONS")}
     started = time.time()
