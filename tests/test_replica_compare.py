@@ -152,3 +152,21 @@ def test_first_difference_counts_a_missing_byte_as_a_difference(tmp_path: Path) 
     left, right = list_segments(tmp_path / "a"), list_segments(tmp_path / "b")
     assert first_difference(left, right, 0, 60, chunk=7) is None
     assert first_difference(left, right, 0, 100, chunk=7) == 60
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(writes=st.lists(st.tuples(st.integers(0, 3 << 20), st.binary(min_size=1, max_size=64)),
+                       max_size=6),
+       size=st.integers(0, 4 << 20))
+def test_the_written_end_of_a_sparse_file_is_its_last_non_zero_byte(
+        tmp_path: Path, writes: list[tuple[int, bytes]], size: int) -> None:
+    from rmqlib.common.fileio import last_nonzero_end
+
+    path = tmp_path / "sparse"
+    with open(path, "wb") as handle:  # holes between the writes, and after them
+        for offset, data in writes:
+            handle.seek(offset)
+            handle.write(data)
+        handle.truncate(max(size, handle.tell()))
+    assert last_nonzero_end(path) == len(path.read_bytes().rstrip(b"\x00"))

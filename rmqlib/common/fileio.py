@@ -57,6 +57,46 @@ def has_nonzero_after(path: str | Path, position: int, stop: int | None = None,
     return False
 
 
+def last_nonzero_end(path: str | Path, size: int | None = None, chunk: int = 1 << 20) -> int:
+    """End of a file's last non-zero byte (0 when it holds none): where its written data
+    ends. The end of the file's last data extent (``SEEK_DATA``/``SEEK_HOLE``) bounds the
+    search first, so a large sparse file (a pre-allocated mapped file) is not read through
+    its holes; zeros written as bytes are then read back from that end."""
+    import os
+
+    with open(path, "rb") as handle:
+        end = os.fstat(handle.fileno()).st_size if size is None else size
+        end = min(end, _data_extent_end(handle.fileno(), end))
+        while end > 0:
+            begin = max(0, end - chunk)
+            handle.seek(begin)
+            block = handle.read(end - begin).rstrip(b"\x00")
+            if block:
+                return begin + len(block)
+            end = begin
+    return 0
+
+
+def _data_extent_end(fd: int, size: int) -> int:
+    """End of the last data extent of a file (its size where holes cannot be asked for)."""
+    import os
+
+    if not hasattr(os, "SEEK_DATA"):
+        return size
+    end, position = 0, 0
+    try:
+        while position < size:
+            start = os.lseek(fd, position, os.SEEK_DATA)
+            position = os.lseek(fd, start, os.SEEK_HOLE)
+            end = position
+    except OSError as error:  # ENXIO: no data after position; others: cannot tell
+        import errno
+
+        if error.errno != errno.ENXIO:
+            return size
+    return end
+
+
 def runs(mask: np.ndarray) -> list[tuple[int, int]]:
     """(start, length) of each run of True in a 1-D boolean array."""
     import numpy as np

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rmqlib.common.fileio import read_bytes
+from rmqlib.common.fileio import last_nonzero_end, read_bytes
 from rmqlib.common.segments import list_segments
 from rmqlib.dledger import layout as L
 from rmqlib.dledger.entries import DLedgerEntry
@@ -36,14 +36,14 @@ class IndexUnit:
 
 
 def read_index_units(index_dir: str | Path) -> Iterator[IndexUnit]:
-    """Every written unit of the index log, up to each file's written end (the index file
-    is 160 MiB by default and sparse: only its written part is read)."""
+    """Every unit of the index log up to each file's written end (the index file is 160 MiB
+    by default and sparse: only its written part is read)."""
     import numpy as np
 
     dtype = np.dtype([("magic", ">i4"), ("pos", ">i8"), ("size", ">i4"), ("index", ">i8"),
                       ("term", ">i8")])
     for segment in list_segments(index_dir):
-        units_end = -(-written_end(segment.path, segment.size) // L.INDEX_UNIT_SIZE)  # up
+        units_end = -(-last_nonzero_end(segment.path, segment.size) // L.INDEX_UNIT_SIZE)  # up
         with open(segment.path, "rb") as handle:
             data = handle.read(min(units_end * L.INDEX_UNIT_SIZE,
                                    segment.size - segment.size % L.INDEX_UNIT_SIZE))
@@ -51,26 +51,6 @@ def read_index_units(index_dir: str | Path) -> Iterator[IndexUnit]:
         first = segment.start // L.INDEX_UNIT_SIZE
         for number, unit in enumerate(units.tolist()):
             yield IndexUnit(first + number, *unit)
-
-
-def written_end(path: str | Path, size: int, chunk: int = 1 << 20) -> int:
-    """End of a file's last non-zero byte: its data extent (``SEEK_HOLE``, where the file
-    system reports holes), then backwards over zeros written as bytes."""
-    import contextlib
-    import os
-
-    with open(path, "rb") as handle:
-        end = size
-        with contextlib.suppress(AttributeError, OSError):  # no SEEK_HOLE: read it all back
-            end = min(size, os.lseek(handle.fileno(), 0, os.SEEK_HOLE))
-        while end > 0:
-            begin = max(0, end - chunk)
-            handle.seek(begin)
-            block = handle.read(end - begin).rstrip(b"\x00")
-            if block:
-                return begin + len(block)
-            end = begin
-    return 0
 
 
 @dataclass(frozen=True)

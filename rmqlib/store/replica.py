@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rmqlib.commitlog import layout as L
+from rmqlib.common.fileio import last_nonzero_end
 from rmqlib.common.segments import Segment, list_segments
 from rmqlib.queues.batchconsumequeue import BCQ_UNIT_SIZE
 from rmqlib.queues.consumequeue import CQ_UNIT_SIZE, QueueDir, walk_queue_tree
@@ -105,7 +106,7 @@ def commitlog_data_end(segments: list[Segment]) -> int | None:
     bytes short; stock clients always set properties, whose text ends non-zero.
     """
     for segment in reversed(segments):
-        last = _last_nonzero_end(segment.path, segment.size)
+        last = last_nonzero_end(segment.path, segment.size)
         if not last:
             continue
         if last >= L.BLANK_RECORD_LENGTH and _is_blank(segment, last - L.BLANK_RECORD_LENGTH):
@@ -125,24 +126,10 @@ def queue_data_end(segments: tuple[Segment, ...] | list[Segment], unit: int) -> 
     """Logical byte offset where a queue's units end: its last non-zero byte, rounded up to
     a whole unit (a unit's last field may be zero)."""
     for segment in reversed(segments):
-        last = _last_nonzero_end(segment.path, segment.size)
+        last = last_nonzero_end(segment.path, segment.size)
         if last:
             return segment.start + data_end(last, unit, segment.size)
     return segments[0].start if segments else 0
-
-
-def _last_nonzero_end(path: Path, size: int, chunk: int = 1 << 20) -> int:
-    """End of the last non-zero byte of a file (0 when it is all zeros), read backwards."""
-    with open(path, "rb") as handle:
-        end = size
-        while end > 0:
-            begin = max(0, end - chunk)
-            handle.seek(begin)
-            block = handle.read(end - begin).rstrip(b"\x00")
-            if block:
-                return begin + len(block)
-            end = begin
-    return 0
 
 
 # --------------------------------------------------------------------------- comparison
