@@ -36,7 +36,7 @@ INSTRUMENTED = [f"rmqlib.{name}" for name in (
     "commitlog.records", "commitlog.arrow", "commitlog.layout", "commitlog.walk",
     "commitlog.compression", "config", "queues.consumequeue", "queues.consumequeue_ext",
     "cli.dump", "common.fileio", "indexfile", "commitlog.innerbatch", "commitlog.msgid",
-    "commitlog.properties", "timers.timerlog", "timers.timerwheel")]
+    "commitlog.properties", "timers.timerlog", "timers.timerwheel", "dledger.entries")]
 
 
 def _seeds(target: str) -> list[tuple[str, bytes]]:
@@ -54,8 +54,12 @@ def _seeds(target: str) -> list[tuple[str, bytes]]:
                 seeds.append((f"{prefix}-{name}", data[:limit] if limit else data))
 
         if target.startswith(("commitlog", "dump")):
-            for segment in sorted((store / "commitlog").iterdir())[:2]:
-                add(f"commitlog-{segment.name}", segment)
+            if (store / "commitlog").is_dir():  # a DLedger store has none
+                for segment in sorted((store / "commitlog").iterdir())[:2]:
+                    add(f"commitlog-{segment.name}", segment)
+        elif target == "dledger":
+            for segment in sorted(store.glob("dledger-*/data/[0-9]*"))[:2]:
+                add(f"dledger-{segment.name}", segment)
         elif target == "consumequeue":
             for queue in sorted((store / "consumequeue").glob("*/*/*"))[:6]:
                 add(f"cq-{queue.parent.parent.name}-{queue.parent.name}", queue)

@@ -234,6 +234,31 @@ def innerbatch(data: bytes) -> None:
     split_inner_batch(data, 7, expected=len(members))
 
 
+def dledger(data: bytes) -> None:
+    """A DLedger data file: accounts balance, entries tile forward from position 0 with
+    their own positions, each body decodes as a commitlog record or is a StoreError."""
+    from rmqlib.commitlog.records import decode_record
+    from rmqlib.dledger.entries import read_body, scan_data_file
+    from rmqlib.errors import StoreError
+
+    path = _scratch_file(data)
+    entries, scan = scan_data_file(path)
+    _check_account(scan.account, len(data))
+    end = 0
+    for entry in entries:
+        if entry.pos < end or entry.end > len(data) or entry.body_size != entry.size - 48:
+            raise PropertyViolation(f"entry at {entry.pos} (size {entry.size}) overlaps, "
+                                    f"leaves the file or misstates its body")
+        end = entry.end
+        try:
+            record = decode_record(read_body(path, entry, 0), position=entry.body_offset)
+        except StoreError:
+            continue
+        if record.physical_offset != entry.body_offset:
+            raise PropertyViolation(f"record at {entry.body_offset} says "
+                                    f"{record.physical_offset}")
+
+
 def check_tiles(rows: list[dict], size: int) -> None:
     """Dump rows (records and regions) cover [0, size) in order, each byte once."""
     position = 0
@@ -260,7 +285,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "consumequeue": consumequeue, "batchconsumequeue": batchconsumequeue,
     "consumequeue_ext": consumequeue_ext, "indexfile": indexfile, "checkpoint": checkpoint,
     "config_json": config_json, "dump_commitlog": dump_commitlog, "timerlog": timerlog,
-    "innerbatch": innerbatch,
+    "innerbatch": innerbatch, "dledger": dledger,
 }
 
 
