@@ -29,14 +29,25 @@ def load_stores_module():
 stores = load_stores_module()
 
 
-@pytest.fixture(scope="session")
-def broker_stores() -> dict[str, Path]:
-    """{variant: variant dir} for every variant; generates missing ones (a few minutes)."""
+def _generated(ensure, *args):  # type: ignore[no-untyped-def]
+    """``ensure(*args)``; a store the harness could not generate fails the test in one
+    message with the harness's log tails, never a traceback."""
     try:
-        return stores.ensure_stores()
+        return ensure(*args)
     except stores.StoreGenerationError as exc:
         details = f"\n{exc.details}" if exc.details else ""
         pytest.fail(f"{exc}{details}", pytrace=False)
+
+
+def _variant(name: str) -> Path:
+    """One extra variant's dir, generated on first use."""
+    return _generated(stores.ensure_stores, [name])[name]
+
+
+@pytest.fixture(scope="session")
+def broker_stores() -> dict[str, Path]:
+    """{variant: variant dir} for every variant; generates missing ones (a few minutes)."""
+    return _generated(stores.ensure_stores)
 
 
 @pytest.fixture(scope="session")
@@ -45,11 +56,7 @@ def growing_store() -> Path:
     broker, s3 after its retention deleted the oldest commitlog files), ``store/`` (final state
     after a clean shutdown) and ``truth/`` (incl. ``snapshots.json``). Generated on first use
     (~1.5 min), separately from the four main variants."""
-    try:
-        return stores.ensure_stores([stores.GROWING_VARIANT])[stores.GROWING_VARIANT]
-    except stores.StoreGenerationError as exc:
-        details = f"\n{exc.details}" if exc.details else ""
-        pytest.fail(f"{exc}{details}", pytrace=False)
+    return _variant(stores.GROWING_VARIANT)
 
 
 @pytest.fixture(scope="session")
@@ -59,11 +66,7 @@ def features_store() -> Path:
     zlib/lz4/zstd bodies, timers fired and pending, magic-v2 pop-retry records; clean shutdown)
     and ``truth/`` (messages, batches, lmq, timers, pops, queue_records, ...). Generated on first
     use (~45 s), separately from the other variants."""
-    try:
-        return stores.ensure_stores([stores.FEATURES_VARIANT])[stores.FEATURES_VARIANT]
-    except stores.StoreGenerationError as exc:
-        details = f"\n{exc.details}" if exc.details else ""
-        pytest.fail(f"{exc}{details}", pytrace=False)
+    return _variant(stores.FEATURES_VARIANT)
 
 
 @pytest.fixture(scope="session")
@@ -73,11 +76,7 @@ def cluster_store() -> Path:
     store roots after every broker's clean shutdown, the slave caught up) and ``truth/``
     (brokers.json, snapshots.json, expected.json, consume_stats_sN.jsonl, ha_sN.json, ...).
     Generated on first use (~2 min), separately from the other variants."""
-    try:
-        return stores.ensure_stores([stores.CLUSTER_VARIANT])[stores.CLUSTER_VARIANT]
-    except stores.StoreGenerationError as exc:
-        details = f"\n{exc.details}" if exc.details else ""
-        pytest.fail(f"{exc}{details}", pytrace=False)
+    return _variant(stores.CLUSTER_VARIANT)
 
 
 @pytest.fixture(scope="session")
@@ -87,8 +86,4 @@ def dledger_store() -> Path:
     ``commitlog/``; clean shutdown), ``snapshots/s1/store`` (hot copy before the last ~100
     messages) and ``truth/`` (messages, consumer_groups, topic_stats, dledger.json, ...).
     Generated on first use (~45 s), separately from the other variants."""
-    try:
-        return stores.ensure_stores([stores.DLEDGER_VARIANT])[stores.DLEDGER_VARIANT]
-    except stores.StoreGenerationError as exc:
-        details = f"\n{exc.details}" if exc.details else ""
-        pytest.fail(f"{exc}{details}", pytrace=False)
+    return _variant(stores.DLEDGER_VARIANT)
