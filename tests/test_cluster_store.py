@@ -12,9 +12,7 @@ acked message sits at its offsetMsgId's physical offset.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,20 +33,6 @@ USER_TOPICS = {"TopicCluster": 4, "TopicClusterB": 2}  # queues per master
 MiB = 1024 * 1024
 
 
-def _harness_fixtures():  # type: ignore[no-untyped-def]
-    """tests/broker_harness/fixtures.py, loaded by path once (conftest uses the same name)."""
-    name = "rmq_broker_harness_fixtures"
-    if name not in sys.modules:
-        path = Path(__file__).parent / "broker_harness" / "fixtures.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-# The v5-cluster variant dir, built on first use (~2 min).
-cluster_store = _harness_fixtures().cluster_store
 
 
 def read_jsonl(path: Path) -> list[dict]:
