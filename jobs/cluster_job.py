@@ -27,7 +27,7 @@ from jobs.alerts.cluster_alerts import (
     cluster_findings,
     cluster_history,
     evaluate_cluster,
-    night_rows,
+    member_rows,
 )
 from jobs.alerts.evaluation import (
     DEFAULT_CONFIG,
@@ -125,7 +125,7 @@ def _loaded(registry: Registry, brokers: Sequence[str], snapshot_id: str) -> dic
 def _alert(registry: Registry, rules: AlertRules, cluster: str, masters: list[str],
            slaves: list[str], snapshot_id: str, rows: list[dict],
            now: datetime | None) -> Alert | None:
-    _, lag_rows, replica_rows = night_rows(registry, cluster, masters, slaves, snapshot_id)
+    lag_rows, replica_rows = member_rows(registry, masters, slaves, snapshot_id)
     taken_at = max((r["snapshot_taken_at"] for r in rows if r["snapshot_taken_at"]),
                    default=None)
     alert = evaluate_cluster(

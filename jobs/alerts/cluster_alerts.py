@@ -113,13 +113,21 @@ def night_rows(registry: Registry, cluster: str, masters: Sequence[str],
     from jobs.lakehouse import tables as T
 
     cluster_rows = registry.read_rows(T.CLUSTER_LAG, cluster=cluster, snapshot_id=snapshot_id)
+    return (cluster_rows, *member_rows(registry, masters, slaves, snapshot_id))
+
+
+def member_rows(registry: Registry, masters: Sequence[str], slaves: Sequence[str],
+                snapshot_id: str) -> tuple[list[dict], list[dict]]:
+    """(masters' consumer_lag rows, slaves' replica findings) of a night."""
+    from jobs.lakehouse import tables as T
+
     lag = [row for broker in masters
            for row in registry.read_rows(T.CONSUMER_LAG, broker=broker, snapshot_id=snapshot_id)]
     replica = [row for broker in slaves
                for row in registry.read_rows(T.CHECK_RESULTS, broker=broker,
                                              snapshot_id=snapshot_id)
                if str(row["check_name"]).startswith("replica_")]
-    return cluster_rows, lag, replica
+    return lag, replica
 
 
 def cluster_history(registry: Registry, rules: AlertRules, cluster: str,

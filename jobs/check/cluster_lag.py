@@ -30,8 +30,8 @@ from jobs.check.consumer_status import (
     Rates,
     Snapshot,
     StatusSettings,
-    checked_snapshots,
     judged,
+    lag_window,
     moved,
     queue_status,
     summed,
@@ -186,24 +186,13 @@ def _max(values: Iterable[Any]) -> Any:
 def read_night(registry: Registry, cluster: str, masters: Sequence[str], snapshot_id: str,
                settings: StatusSettings) -> ClusterNight:
     """The masters' consumer_lag rows over each one's window up to ``snapshot_id``."""
-    from jobs.lakehouse import tables as T
-
     lag: dict[str, dict[str, list[dict[str, Any]]]] = {}
     windows: dict[str, list[Snapshot]] = {}
     for broker in masters:
         try:
-            snapshots = checked_snapshots(registry, broker, snapshot_id)
+            checked, by_id = lag_window(registry, broker, snapshot_id, settings.window)
         except ValueError:
             continue  # not loaded this night: counted as missing
-        checked: list[Snapshot] = []
-        by_id: dict[str, list[dict[str, Any]]] = {}
-        for snap in reversed(snapshots):
-            rows = registry.read_rows(T.CONSUMER_LAG, broker=broker, snapshot_id=snap.snapshot_id)
-            if rows or snap.snapshot_id == snapshot_id:
-                checked.append(snap)
-                by_id[snap.snapshot_id] = rows
-            if len(checked) >= settings.window:
-                break
         if _checked(registry, broker, snapshot_id, by_id.get(snapshot_id)):
             lag[broker] = by_id
             windows[broker] = checked[::-1]

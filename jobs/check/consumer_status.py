@@ -324,6 +324,25 @@ def checked_snapshots(registry: Registry, broker: str, snapshot_id: str) -> list
     return [Snapshot(r["snapshot_id"], r["taken_at"]) for r in ordered]
 
 
+def lag_window(registry: Registry, broker: str, snapshot_id: str, depth: int
+               ) -> tuple[list[Snapshot], dict[str, list[dict[str, Any]]]]:
+    """The broker's last ``depth`` checked snapshots up to ``snapshot_id``, newest first
+    (this one, then earlier ones that have consumer_lag rows: a snapshot whose check never
+    ran is skipped, not taken as empty), and their consumer_lag rows by snapshot id."""
+    from jobs.lakehouse import tables as T
+
+    lag_by_snapshot: dict[str, list[dict[str, Any]]] = {}
+    checked: list[Snapshot] = []
+    for snap in reversed(checked_snapshots(registry, broker, snapshot_id)):
+        rows = registry.read_rows(T.CONSUMER_LAG, broker=broker, snapshot_id=snap.snapshot_id)
+        if rows or snap.snapshot_id == snapshot_id:
+            checked.append(snap)
+            lag_by_snapshot[snap.snapshot_id] = rows
+        if len(checked) >= depth:
+            break
+    return checked, lag_by_snapshot
+
+
 def judge_snapshot(registry: Registry, broker: str, snapshot_id: str,
                    settings: StatusSettings) -> list[dict[str, Any]]:
     """Compute and write (replacing) ``snapshot_id``'s consumer_status rows; returns them.
@@ -333,15 +352,8 @@ def judge_snapshot(registry: Registry, broker: str, snapshot_id: str,
     """
     from jobs.lakehouse import tables as T
 
-    lag_by_snapshot: dict[str, list[dict[str, Any]]] = {}
-    checked: list[Snapshot] = []  # newest first: this one, then earlier ones with lag rows
-    for snap in reversed(checked_snapshots(registry, broker, snapshot_id)):
-        rows = registry.read_rows(T.CONSUMER_LAG, broker=broker, snapshot_id=snap.snapshot_id)
-        if rows or snap.snapshot_id == snapshot_id:
-            checked.append(snap)
-            lag_by_snapshot[snap.snapshot_id] = rows
-        if len(checked) >= max(settings.window, 2):
-            break
+    checked, lag_by_snapshot = lag_window(registry, broker, snapshot_id,
+                                          max(settings.window, 2))
     window = checked[:settings.window][::-1]
     previous = checked[1] if len(checked) > 1 else None
     prior = (registry.read_rows(T.CONSUMER_STATUS, broker=broker, snapshot_id=previous.snapshot_id)

@@ -42,6 +42,7 @@ from rmqlib.store.replica import (
     QueueComparison,
     compare_commitlogs,
     compare_queues,
+    write_offset,
 )
 
 if TYPE_CHECKING:
@@ -148,11 +149,7 @@ def _compare(registry: Registry, pair: ReplicaPair, rules: ReplicaRules,
 
 
 def _master_missing(pair: ReplicaPair, now: datetime) -> ReplicaOutcome:
-    from rmqlib.common.segments import list_segments
-    from rmqlib.store.replica import commitlog_data_end
-
-    directory = pair.slave_store / "commitlog"
-    end = commitlog_data_end(list_segments(directory)) if directory.is_dir() else None
+    end = write_offset(pair.slave_store)
     status = {
         "broker": pair.slave, "snapshot_id": pair.snapshot_id, "cluster": pair.cluster,
         "master": pair.master, "state": MASTER_MISSING, "replica_write_offset": end or 0,

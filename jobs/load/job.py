@@ -73,6 +73,7 @@ from jobs.load.plan import (
 from rmqlib.config import load_config_dir
 from rmqlib.errors import StoreError
 from rmqlib.store.inventory import take_inventory
+from rmqlib.store.replica import write_offset
 
 LOADING, LOADED = "loading", "loaded"
 Progress = Callable[[str], None]
@@ -433,7 +434,7 @@ class SnapshotLoad:
         self.registry.replace_rows(T.LOAD_STATE, self.new_marks(plan, old_marks),
                                    broker=self.broker)
         if self.options.replica:
-            cl_end = replica_write_offset(self.store)
+            cl_end = write_offset(self.store)  # the bytes it received
         self.write_snapshot_row(LOADED, plan.commitlog_min_offset, cl_end, errors)
         self.write_load_runs()
         shutil.rmtree(Path(self.report_dir("x")).parent, ignore_errors=True)
@@ -473,15 +474,6 @@ def load_snapshot(spark: SparkSession | SparkOnDemand, broker: str, snapshot_id:
             return load.run()
     except BrokerBusyError as error:
         raise LoadRefusedError(str(error)) from error
-
-
-def replica_write_offset(store: Path) -> int | None:
-    """A replica's commitlog write position: the bytes it received from its master."""
-    from rmqlib.common.segments import list_segments
-    from rmqlib.store.replica import commitlog_data_end
-
-    directory = store / COMMITLOG
-    return commitlog_data_end(list_segments(directory)) if directory.is_dir() else None
 
 
 def ready_registry(spark: SparkOnDemand, registry: Registry | None) -> Registry:

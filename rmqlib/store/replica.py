@@ -115,6 +115,12 @@ def commitlog_data_end(segments: list[Segment]) -> int | None:
     return None
 
 
+def write_offset(store: str | Path) -> int | None:
+    """A store's commitlog write position (None: no commitlog, or nothing written)."""
+    directory = Path(store) / COMMITLOG
+    return commitlog_data_end(list_segments(directory)) if directory.is_dir() else None
+
+
 def _is_blank(segment: Segment, position: int) -> bool:
     """A BLANK frame at ``position``: bytes-left-in-file and the BLANK magic."""
     head = read_span([segment], segment.start + position, L.BLANK_RECORD_LENGTH)
@@ -234,4 +240,4 @@ def _queues(root: Path) -> Iterator[tuple[tuple[str, int], QueueDir]]:
 
 __all__ = ["CommitlogComparison", "QueueComparison", "QueueMismatch", "commitlog_data_end",
            "compare_commitlogs", "compare_queues", "first_difference", "queue_data_end",
-           "read_span"]
+           "read_span", "write_offset"]
