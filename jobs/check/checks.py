@@ -490,9 +490,24 @@ CHECKS: tuple[Check, ...] = (
                       substring(first(f.reason), 1, 160)) AS observed,
                slice(array_sort(collect_list(f.offset)), 1, 5) AS sample_offsets,
                {explanation} AS explanation
-        FROM rc_quarantine f WHERE f.reason NOT LIKE 'torn tail%' GROUP BY f.file""",
+        FROM rc_quarantine f
+        WHERE f.reason NOT LIKE 'torn tail%' AND f.stream <> 'dledger_index'
+        GROUP BY f.file""",
         ("bytes that do not decode (damage inside the file): the records or units in them "
          "are missing from the tables; file positions listed")),
+    Check("dledger_index_mismatch", "docs/dledger.md", """
+        SELECT '{name}' AS check_name, 'error' AS severity, concat('file=', f.file) AS scope,
+               {no_scope}, count(*) AS affected,
+               'every DLedger entry has its index unit (position, size, index, term)'
+                   AS expected,
+               concat(count(*), ' unit(s) disagree: ', substring(first(f.reason), 1, 160))
+                   AS observed,
+               slice(array_sort(collect_list(f.offset)), 1, 5) AS sample_offsets,
+               {explanation} AS explanation
+        FROM rc_quarantine f WHERE f.stream = 'dledger_index' GROUP BY f.file""",
+        ("the DLedger index does not describe the log's entries: the broker's recovery "
+         "checks the two against each other and a Raft follower reads entries through the "
+         "index; file positions of the units listed")),
     Check("unclean_shutdown", "§6.2", """
         SELECT '{name}' AS check_name, 'warning' AS severity, 'broker' AS scope,
                {no_scope}, 1 AS affected,

@@ -20,7 +20,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 import pyarrow as pa
@@ -29,6 +29,10 @@ import pyarrow.compute as pc
 from rmqlib.commitlog.arrow import scan_segment_arrow, unwrap_inner_batches
 from rmqlib.common.accounting import FileAccount
 from rmqlib.common.fileio import read_range
+from rmqlib.dledger.arrow import scan_dledger_arrow
+from rmqlib.dledger.index import check_entries_in
+from rmqlib.dledger.layout import INDEX_DIR as DLEDGER_INDEX_DIR
+from rmqlib.dledger.layout import INDEX_UNIT_SIZE as DLEDGER_UNIT_SIZE
 from rmqlib.errors import StoreError
 from rmqlib.indexfile import INDEX_ENTRY_SIZE, IndexFile
 from rmqlib.queues.batchconsumequeue import decode_bcq_range
@@ -36,6 +40,9 @@ from rmqlib.queues.consumequeue import EXT_MAX_ADDR, FILLER_SIZE, decode_cq_rang
 from rmqlib.queues.consumequeue_ext import ExtResolver
 
 COMMITLOG = "commitlog"
+DLEDGER = "dledger"  # a DLedger data file: commitlog records inside Raft entries
+DLEDGER_INDEX = "dledger_index"  # quarantine kind of an index unit that disagrees
+DLEDGER_INDEX_REASON = "dledger index: unit of entry"
 CONSUMEQUEUE = "consumequeue"
 BATCHCONSUMEQUEUE = "batchconsumequeue"
 INDEX = "index"
@@ -176,9 +183,14 @@ def run_task(task: Task, context: DecodeContext) -> Iterator[pa.RecordBatch]:
 # --------------------------------------------------------------------------- commitlog
 
 
+# The same batches and scan result from a commitlog segment and a DLedger data file.
+RECORD_SCANS = {COMMITLOG: scan_segment_arrow, DLEDGER: scan_dledger_arrow}
+
+
 def _commitlog_task(task: Task, context: DecodeContext
                     ) -> Iterator[pa.RecordBatch]:
-    scan = scan_segment_arrow(task.path, task.begin, task.end, verify_crc=context.verify_crc)
+    scan = RECORD_SCANS[task.kind](task.path, task.begin, task.end,
+                                   verify_crc=context.verify_crc)
     rows = 0
     first: int | None = None
     held: pa.RecordBatch | None = None  # the latest batch, kept until the scan has ended
@@ -221,7 +233,21 @@ def _commitlog_task(task: Task, context: DecodeContext
         "body_crc_failures": sum(p != torn_at for p in result.body_crc_failures),
         "property_crc_failures": sum(p != torn_at for p in result.property_crc_failures),
     }
+    if task.kind == DLEDGER:
+        report["index_problems"] = _dledger_index_problems(task, scan.entries)
     return report
+
+
+def _dledger_index_problems(task: Task, entries: list) -> list[list[object]]:
+    """[relative path, file position, length, reason] of every index unit of this task's
+    entries that disagrees with its entry (``index/`` beside ``data/``)."""
+    data_rel = PurePosixPath(task.rel_path).parent
+    index_dir = Path(task.path).parent.parent / DLEDGER_INDEX_DIR
+    rel_index = data_rel.parent / DLEDGER_INDEX_DIR
+    return [[str(rel_index / Path(p.path).name) if p.position >= 0 else str(rel_index),
+             max(p.position, 0), DLEDGER_UNIT_SIZE if p.position >= 0 else 0,
+             f"{DLEDGER_INDEX_REASON} {p.index}: {p.reason}"]
+            for p in check_entries_in(index_dir, entries)]
 
 
 TORN_RECORD_REASON = ("torn tail: the last record before the end of written data ends in "
@@ -493,6 +519,7 @@ def _index_task(task: Task, context: DecodeContext) -> Iterator[pa.RecordBatch]:
 
 DECODERS = {
     COMMITLOG: _commitlog_task,
+    DLEDGER: _commitlog_task,
     CONSUMEQUEUE: _queue_task,
     BATCHCONSUMEQUEUE: _queue_task,
     INDEX: _index_task,

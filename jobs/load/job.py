@@ -56,6 +56,8 @@ from jobs.load.decode_tasks import (
     BODY_POLICIES,
     COMMITLOG,
     CONSUMEQUEUE,
+    DLEDGER,
+    DLEDGER_INDEX,
     INDEX,
     DecodeContext,
     Task,
@@ -318,11 +320,16 @@ class SnapshotLoad:
         rows: list[tuple] = []
         for reports in self.reports.values():
             for report in reports:
-                kind, segment_start = report["kind"], report.get("segment_start")
+                # A DLedger data file is the broker's commitlog: its regions are too.
+                stream = COMMITLOG if report["kind"] == DLEDGER else report["kind"]
+                segment_start = report.get("segment_start")
                 for offset, length, reason in report["account"]["unreadable"]:
-                    global_offset = segment_start + offset if kind == COMMITLOG else None
+                    global_offset = segment_start + offset if stream == COMMITLOG else None
                     rows.append((self.broker, self.snapshot_id, report["rel_path"], offset,
-                                 length, reason, kind, global_offset))
+                                 length, reason, stream, global_offset))
+                for rel, position, length, reason in report.get("index_problems", []):
+                    rows.append((self.broker, self.snapshot_id, rel, position, length, reason,
+                                 DLEDGER_INDEX, None))
         for skipped in plan.skipped_queues:
             rows.append((self.broker, self.snapshot_id, skipped.rel_path, 0, skipped.length,
                          skipped.reason, skipped.stream, None))

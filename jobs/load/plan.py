@@ -17,7 +17,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jobs.load.decode_tasks import BATCHCONSUMEQUEUE, COMMITLOG, CONSUMEQUEUE, INDEX, Task
+from jobs.load.decode_tasks import (
+    BATCHCONSUMEQUEUE,
+    COMMITLOG,
+    CONSUMEQUEUE,
+    DLEDGER,
+    INDEX,
+    Task,
+)
 from rmqlib.commitlog.records import read_record_at, split_ranges
 from rmqlib.common.fileio import has_nonzero_after
 from rmqlib.common.segments import Segment, list_segments
@@ -25,6 +32,7 @@ from rmqlib.errors import StoreError
 from rmqlib.indexfile import list_index_files
 from rmqlib.queues.batchconsumequeue import BCQ_UNIT_SIZE
 from rmqlib.queues.consumequeue import CQ_UNIT_SIZE, QueueDir, walk_queue_tree
+from rmqlib.store.commitlog_source import CommitlogSource, commitlog_source
 from rmqlib.store.growth import growth_of
 from rmqlib.store.inventory import FileKind
 
@@ -131,16 +139,22 @@ def plan_load(store: str | Path, marks: Iterable[HighWaterMark], *,
 
 
 def _plan_commitlog(plan: LoadPlan, mark: HighWaterMark | None, split_bytes: int) -> None:
-    directory = plan.store / COMMITLOG
+    """Tasks for the commitlog past the mark: ``commitlog/``'s segments, or a DLedger
+    broker's data files (named and growing like segments; their tasks decode the records
+    inside the entries). Marks are commitlog offsets either way."""
+    source = commitlog_source(plan.store)
+    _refuse_superseded(plan, source)
+    directory = source.directory
+    kind = DLEDGER if source.dledger else COMMITLOG
     segments = list_segments(directory) if directory.is_dir() else []
     hwm = mark.loaded_until if mark else None
     plan.commitlog_hwm = hwm
     if not segments:
         return
     plan.commitlog_min_offset = segments[0].start
-    plan.commitlog_tail_file = _rel(plan.store, _written_segment(segments).path)
+    plan.commitlog_tail_file = _rel(plan.store, _written_segment(segments, kind).path)
     if mark is not None:
-        _check_not_backwards(plan.store, segments, mark)
+        _check_not_backwards(plan.store, directory, segments, mark)
     start_from = hwm or 0
     if segments[0].start > start_from:
         plan.gaps.append(RetentionGap(COMMITLOG, None, None, start_from, segments[0].start))
@@ -154,27 +168,40 @@ def _plan_commitlog(plan: LoadPlan, mark: HighWaterMark | None, split_bytes: int
             if hi > lo:
                 rel = _rel(plan.store, seg.path)
                 plan.commitlog_tasks.append(Task(
-                    f"{rel}@{begin + lo}", COMMITLOG, str(seg.path), rel, begin + lo,
+                    f"{rel}@{begin + lo}", kind, str(seg.path), rel, begin + lo,
                     begin + hi))
 
 
-def _written_segment(segments: list[Segment]) -> Segment:
+def _refuse_superseded(plan: LoadPlan, source: CommitlogSource) -> None:
+    """A commitlog/ a DLedger broker no longer writes: its files are quarantined whole,
+    named, rather than read (reading both logs is not supported yet)."""
+    if source.superseded is None:
+        return
+    for seg in list_segments(source.superseded):
+        plan.unreadable_files.append((
+            _rel(plan.store, seg.path), seg.size,
+            "commitlog written before the broker switched to DLedger (below its "
+            "dividedCommitlogOffset): not loaded, only the DLedger log is"))
+
+
+def _written_segment(segments: list[Segment], kind: str) -> Segment:
     """The segment the broker was writing to: the last one holding a record.
 
     A live broker's store ends with the next file already created, all zeros
     (AllocateMappedFileService), and a kill can leave a 0-byte one; neither holds the
     newest record. Records tile every file from position 0, so a file whose head (first
     record's length and magic, as the snapshot copier reads it) is zero has not been
-    written yet.
+    written yet. DLedger entries tile their data files the same way.
     """
-    head = growth_of(FileKind.COMMITLOG).head
+    head = growth_of(FileKind.DLEDGER_DATA if kind == DLEDGER else FileKind.COMMITLOG).head
     for seg in reversed(segments):
         if seg.size >= head and has_nonzero_after(seg.path, 0, stop=head):
             return seg
     return segments[-1]
 
 
-def _check_not_backwards(store: Path, segments: list[Segment], mark: HighWaterMark) -> None:
+def _check_not_backwards(store: Path, directory: Path, segments: list[Segment],
+                         mark: HighWaterMark) -> None:
     """Refuse a store that ends below the mark or no longer holds the last loaded record."""
     store_end = segments[-1].start + segments[-1].size
     loaded = (f"broker {mark.broker!r} was loaded up to commitlog offset {mark.loaded_until} "
@@ -187,7 +214,9 @@ def _check_not_backwards(store: Path, segments: list[Segment], mark: HighWaterMa
     if offset is None or not any(s.start <= offset < s.start + s.size for s in segments):
         return  # the last loaded record's file was deleted by retention: nothing to compare
     try:
-        record = read_record_at([store / COMMITLOG], offset, verify_crc=False)
+        # A record is found at its PHYSICALOFFSET in a DLedger data file too (inside its
+        # entry), so one reader serves both logs.
+        record = read_record_at([directory], offset, verify_crc=False)
         same = record.body_crc == mark.last_record_crc
         found = f"a record with BODYCRC {record.body_crc}"
     except StoreError as error:

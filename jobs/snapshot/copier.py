@@ -46,7 +46,7 @@ from jobs.snapshot.manifest import (
     snapshot_store,
 )
 from jobs.snapshot.sources import FileReader, SourceFile, StoreSource
-from rmqlib.store.growth import CopyPhase, Growth, data_end, growth_of, last_record_start
+from rmqlib.store.growth import CopyPhase, Growth, data_end, growth_of
 from rmqlib.store.inventory import FileKind, classify
 
 log = logging.getLogger(__name__)
@@ -279,12 +279,12 @@ class _Copier:
 
 def _resume_at(copy: Path, growth: Growth, walked_to: int, end: int) -> int:
     """Where the next snapshot re-reads this file from (see ``rmqlib.store.growth``)."""
-    if growth.records:
+    if growth.last_frame_start is not None:
         if end <= walked_to:
             return walked_to
         with open(copy, "rb") as handle, mmap.mmap(handle.fileno(), 0,
                                                    access=mmap.ACCESS_READ) as data:
-            return last_record_start(data, walked_to, end)
+            return growth.last_frame_start(data, walked_to, end)
     return max(0, end - growth.reread) // growth.unit * growth.unit
 
 

@@ -10,6 +10,13 @@ tail; non-zero bytes before the zeros are a torn tail), a valid frame after it m
 gap corrupt. Every byte of the file lands in its FileAccount: entry bytes are ``decoded``,
 the BLANK and its padding ``blank``, unwritten zeros ``zero_tail``, gaps ``unreadable``.
 
+Byte ranges (splits), as for the commitlog (:mod:`rmqlib.commitlog.walk`): with
+resync(x) = 0 for x = 0, else the first position >= x where an entry or the BLANK is framed,
+a scan of [begin, end) owns the bytes [resync(begin), resync(end)): every entry starting
+there and every gap starting there (a gap may run past ``end`` to the next frame). The
+scans of adjacent ranges together yield a whole-file scan's entries and their accounts add
+up to the file.
+
 The file is read through windows (a few MiB plus one entry), never whole.
 """
 
@@ -26,6 +33,7 @@ from rmqlib.dledger import layout as L
 
 WINDOW = 4 << 20
 MAGIC_BYTES = L.ENTRY_MAGIC.to_bytes(4, "big", signed=True)
+BLANK_BYTES = L.BLANK_MAGIC.to_bytes(4, "big", signed=True)
 
 
 @dataclass(frozen=True)
@@ -53,7 +61,11 @@ class DLedgerEntry:
 
 @dataclass
 class DataFileScan:
-    """What the walk of one data file found besides its entries."""
+    """What the walk of one data file (or of a byte range of it) found besides its entries.
+
+    ``span_start``/``span_end``: the file positions this scan owns (see the module doc);
+    ``account`` covers exactly those bytes.
+    """
 
     path: str
     file_start: int
@@ -63,6 +75,8 @@ class DataFileScan:
     blank_at: int | None = None          # file position of the BLANK, if any
     logical_end: int | None = None       # file position where written data ends
     corrupt: list[tuple[int, int, str]] = field(default_factory=list)  # position, length, why
+    span_start: int = 0
+    span_end: int = 0
 
 
 class _File:
@@ -85,44 +99,60 @@ class _File:
         os.close(self._fd)
 
 
-def scan_data_file(path: str | Path) -> tuple[list[DLedgerEntry], DataFileScan]:
-    """Every valid entry of one data file, in order, and the file's byte account."""
+def scan_data_file(path: str | Path, begin: int = 0, end: int | None = None
+                   ) -> tuple[list[DLedgerEntry], DataFileScan]:
+    """Every valid entry starting in the bytes [begin, end) of one data file owns (the
+    whole file by default), in order, and the byte account of what it owns."""
     handle = _File(path)
     try:
         start = parse_segment_name(path)
-        scan = DataFileScan(handle.path, start, handle.size, FileAccount(handle.path, handle.size))
-        entries = list(_walk(handle, start, scan))
+        end = handle.size if end is None else min(end, handle.size)
+        first = 0 if begin <= 0 else _next_frame(handle, start, begin)
+        span_start = end if first is None or first >= end else first
+        scan = DataFileScan(handle.path, start, handle.size, FileAccount(handle.path, 0),
+                            span_start=span_start, span_end=span_start)
+        entries = list(_walk(handle, start, scan, end)) if span_start < end else []
     finally:
         handle.close()
+    scan.account.size = scan.span_end - scan.span_start
     scan.account.check()
     return entries, scan
 
 
-def _walk(f: _File, start: int, scan: DataFileScan) -> Iterator[DLedgerEntry]:
-    position, size = 0, f.size
+def _walk(f: _File, start: int, scan: DataFileScan, end: int) -> Iterator[DLedgerEntry]:
+    """Entries from ``scan.span_start`` until a frame at or past ``end``; sets span_end."""
+    position, size = scan.span_start, f.size
     while position < size:
         entry = entry_at(f, start, position)
         if entry is not None:
+            if position >= end:
+                break
             scan.entries += 1
             scan.account.decoded += entry.size
             position += entry.size
             yield entry
             continue
         if _is_blank(f, position):
+            if position >= end:
+                break
             scan.blank_at = position
             scan.logical_end = position
             scan.account.blank += size - position
-            return
-        following = _next_valid(f, start, position + 1)
+            position = size
+            break
+        following = _next_frame(f, start, position + 1)
         if following is None:
             _tail(f, position, scan)
-            return
+            position = size
+            break
         reason = "no valid DLedger entry (magic, size, own position); next entry at file " \
                  f"position {following}"
         scan.corrupt.append((position, following - position, reason))
         scan.account.add_unreadable(position, following - position, f"corrupt: {reason}")
         position = following
-    scan.logical_end = size
+    else:
+        scan.logical_end = size
+    scan.span_end = position
 
 
 def entry_at(f: _File, start: int, position: int) -> DLedgerEntry | None:
@@ -146,19 +176,25 @@ def _is_blank(f: _File, position: int) -> bool:
     return magic == L.BLANK_MAGIC and length == left
 
 
-def _next_valid(f: _File, start: int, begin: int) -> int | None:
-    """The next file position >= begin where an entry is framed (by its magic)."""
+def _next_frame(f: _File, start: int, begin: int) -> int | None:
+    """The next file position >= begin where an entry or the BLANK is framed."""
     position = begin
     while position < f.size:
         chunk = f.read(position, min(WINDOW, f.size - position))
-        at = chunk.find(MAGIC_BYTES)
-        while at >= 0:
-            if entry_at(f, start, position + at) is not None:
-                return position + at
-            chunk = f.read(position, min(WINDOW, f.size - position))  # reload the window
-            at = chunk.find(MAGIC_BYTES, at + 1)
+        hits = sorted(position + at for magic in (MAGIC_BYTES, BLANK_BYTES)
+                      for at in _finds(chunk, magic))
+        for hit in hits:
+            if entry_at(f, start, hit) is not None or _is_blank(f, hit):
+                return hit
         position += max(len(chunk) - 3, 1)
     return None
+
+
+def _finds(data: bytes, pattern: bytes) -> Iterator[int]:
+    at = data.find(pattern)
+    while at >= 0:
+        yield at
+        at = data.find(pattern, at + 1)
 
 
 def _tail(f: _File, position: int, scan: DataFileScan) -> None:

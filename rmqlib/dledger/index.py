@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rmqlib.common.fileio import last_nonzero_end, read_bytes
+from rmqlib.common.fileio import last_nonzero_end, read_bytes, read_range
 from rmqlib.common.segments import list_segments
 from rmqlib.dledger import layout as L
 from rmqlib.dledger.entries import DLedgerEntry
@@ -59,24 +59,90 @@ class IndexMismatch:
     reason: str
 
 
-def check_index(entries: Sequence[DLedgerEntry], units: Sequence[IndexUnit]) -> list[IndexMismatch]:
-    """Every entry has its unit (same position, size, index and term), and every written
-    unit points at an entry: what ``DLedgerMmapFileStore.recover`` checks on start."""
+def read_units_for(index_dir: str | Path, first: int, last: int) -> list[IndexUnit]:
+    """The units of Raft indexes [first, last] (those the index files hold): what one
+    range of entries is checked against, without reading the rest of the index log."""
+    units: list[IndexUnit] = []
+    begin, end = first * L.INDEX_UNIT_SIZE, (last + 1) * L.INDEX_UNIT_SIZE
+    for segment in list_segments(index_dir):
+        lo, hi = max(begin, segment.start), min(end, segment.start + segment.size)
+        if lo >= hi:
+            continue
+        data = read_range(segment.path, lo - segment.start, hi - segment.start)
+        for number, at in enumerate(range(0, len(data) - L.INDEX_UNIT_SIZE + 1,
+                                          L.INDEX_UNIT_SIZE)):
+            units.append(IndexUnit(lo // L.INDEX_UNIT_SIZE + number,
+                                   *L.INDEX_UNIT.unpack_from(data, at)))
+    return units
+
+
+def check_entries(entries: Sequence[DLedgerEntry], units: Sequence[IndexUnit]
+                  ) -> list[IndexMismatch]:
+    """Each entry against its unit, where the index has been written that far.
+
+    DLedger appends an entry, then its unit: a hot copy (index copied before data, see
+    ``rmqlib.store.growth``) ends its index below its data, so entries past the last
+    written unit are not yet indexed, not wrong. A missing unit before a written one is.
+    """
     by_index = {u.index: u for u in units if u.written}
+    indexed_up_to = max(by_index, default=-1)
     problems = []
     for entry in entries:
-        unit = by_index.pop(entry.index, None)
+        unit = by_index.get(entry.index)
         if unit is None:
-            problems.append(IndexMismatch(entry.index, "entry has no index unit"))
+            if entry.index < indexed_up_to:
+                problems.append(IndexMismatch(entry.index, "entry has no index unit"))
         elif (unit.magic, unit.pos, unit.size, unit.entry_index, unit.term) != (
                 L.ENTRY_MAGIC, entry.pos, entry.size, entry.index, entry.term):
-            problems.append(IndexMismatch(entry.index, (
-                f"index unit says pos {unit.pos} size {unit.size} index {unit.entry_index} "
-                f"term {unit.term}, the entry is at {entry.pos} size {entry.size} term "
-                f"{entry.term}")))
-    problems += [IndexMismatch(i, f"index unit points at {u.pos}, where no entry is")
-                 for i, u in sorted(by_index.items())]
+            problems.append(IndexMismatch(entry.index, _disagreement(unit, entry)))
     return problems
+
+
+def _disagreement(unit: IndexUnit, entry: DLedgerEntry) -> str:
+    return (f"index unit says magic {unit.magic} pos {unit.pos} size {unit.size} index "
+            f"{unit.entry_index} term {unit.term}, the entry is at {entry.pos} size "
+            f"{entry.size} term {entry.term}")
+
+
+@dataclass(frozen=True)
+class UnitProblem:
+    """An index unit that disagrees with its entry, where it is in the index files."""
+
+    path: str
+    position: int   # file position of the unit (of the index directory: -1)
+    index: int
+    reason: str
+
+
+def check_entries_in(index_dir: str | Path, entries: Sequence[DLedgerEntry]
+                     ) -> list[UnitProblem]:
+    """:func:`check_entries` for a run of entries (a load task's), reading only their
+    units, each problem placed at its unit's file and position."""
+    index_dir = Path(index_dir)
+    if not entries:
+        return []
+    if not index_dir.is_dir():
+        return [UnitProblem(str(index_dir), -1, entries[0].index,
+                            "no DLedger index directory beside the data")]
+    segments = list_segments(index_dir)
+    problems = []
+    for problem in check_entries(entries, read_units_for(index_dir, entries[0].index,
+                                                         entries[-1].index)):
+        byte = problem.index * L.INDEX_UNIT_SIZE
+        segment = next((s for s in segments if s.start <= byte < s.end), None)
+        problems.append(UnitProblem(
+            str(segment.path if segment else index_dir),
+            byte - segment.start if segment else -1, problem.index, problem.reason))
+    return problems
+
+
+def check_index(entries: Sequence[DLedgerEntry], units: Sequence[IndexUnit]) -> list[IndexMismatch]:
+    """Every entry against its unit (:func:`check_entries`), and every written unit points
+    at an entry: what ``DLedgerMmapFileStore.recover`` checks on start."""
+    known = {entry.index for entry in entries}
+    nowhere = [IndexMismatch(u.index, f"index unit points at {u.pos}, where no entry is")
+               for u in units if u.written and u.index not in known]
+    return sorted(check_entries(entries, units) + nowhere, key=lambda p: p.index)
 
 
 def read_properties(path: str | Path) -> dict[str, str]:

@@ -24,9 +24,12 @@ The facts (spec §1.1, §2.2, §4.2, §5):
 
 from __future__ import annotations
 
+import mmap
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
 
+from rmqlib.dledger import layout as DL
 from rmqlib.store.inventory import FileKind
 from rmqlib.timers.timerlog import TL_UNIT_SIZE
 
@@ -41,6 +44,7 @@ QUEUE_ZERO_RUN = 64 * 1024
 # last page.
 QUEUE_REREAD = 4096
 BLANK_MAGIC = -875286124   # 0xCBD43194 as i32 (spec §2.2)
+Buffer = bytes | memoryview | mmap.mmap
 
 
 class CopyPhase(IntEnum):
@@ -60,8 +64,40 @@ class Growth:
     unit: int = 1               # data ends on a multiple of this
     zero_run: int = 0           # a zero run this long ends the data (0: copy whole file)
     reread: int = 0             # bytes re-read below the last snapshot's data end
-    records: bool = False       # commitlog framing: re-read from the last record's start
+    # Framed records (commitlog, DLedger entries): re-read from the last frame's start,
+    # found by this hop over the frames (data, begin, end) -> start.
+    last_frame_start: Callable[[Buffer, int, int], int] | None = None
     head: int = 0               # bytes at the start that are non-zero once a file has data
+
+
+def last_record_start(data: Buffer, begin: int, end: int) -> int:
+    """Start of the last commitlog frame that begins before ``end``, hopping TOTALSIZE
+    from ``begin`` (a frame start). Framing only: a frame that cannot be followed (bad
+    length, or running past ``end``) is where the hops stop; so is a BLANK, after which
+    the file holds no more records. The result is where a later copy must re-read from:
+    everything before it belongs to records the copy held whole."""
+    position = begin
+    while position + 8 <= end:
+        total = int.from_bytes(data[position:position + 4], "big", signed=True)
+        magic = int.from_bytes(data[position + 4:position + 8], "big", signed=True)
+        if magic == BLANK_MAGIC or total < 8 or position + total >= end:
+            return position
+        position += total
+    return position
+
+
+def last_entry_start(data: Buffer, begin: int, end: int) -> int:
+    """The same for a DLedger data file (rmqlib.dledger.layout): hop SIZE from ``begin``
+    (an entry start) to the start of the last entry that begins before ``end``; a BLANK
+    or an entry that cannot be followed stops the hops."""
+    position = begin
+    while position + 8 <= end:
+        magic = int.from_bytes(data[position:position + 4], "big", signed=True)
+        size = int.from_bytes(data[position + 4:position + 8], "big", signed=True)
+        if magic != DL.ENTRY_MAGIC or size < DL.ENTRY_HEADER_SIZE or position + size >= end:
+            return position
+        position += size
+    return position
 
 
 _QUEUE = dict(append_only=True, zero_run=QUEUE_ZERO_RUN, reread=QUEUE_REREAD)
@@ -79,13 +115,23 @@ GROWTH: dict[FileKind, Growth] = {
     # Index: hash slots fill anywhere, so no zero tail; a finished file is still reused.
     FileKind.INDEX: Growth(CopyPhase.QUEUES_AND_INDEX, append_only=True, head=40),
     FileKind.COMMITLOG: Growth(CopyPhase.COMMITLOG, append_only=True, zero_run=COMMITLOG_ZERO_RUN,
-                               records=True, head=8),
+                               last_frame_start=last_record_start, head=8),
+    # A DLedger broker's commitlog: entries (a 48-byte header around a record) tile its
+    # data files like records tile commitlog segments. Index units (32 bytes, never all
+    # zero) are written after their entry: copied with the queues, before the data.
+    FileKind.DLEDGER_DATA: Growth(CopyPhase.COMMITLOG, append_only=True,
+                                  zero_run=COMMITLOG_ZERO_RUN,
+                                  last_frame_start=last_entry_start, head=8),
+    FileKind.DLEDGER_INDEX: Growth(CopyPhase.QUEUES_AND_INDEX, unit=DL.INDEX_UNIT_SIZE,
+                                   head=DL.INDEX_UNIT_SIZE, **_QUEUE),
     # Timer log (§6.4): 52-byte units from the start of each file, each opening with its
     # size (52); a finished file ends with a 16-byte blank. Units point into the commitlog
     # like queue units, so it is copied with the queues.
     FileKind.TIMER_LOG: Growth(CopyPhase.QUEUES_AND_INDEX, unit=TL_UNIT_SIZE, head=4,
                                **_QUEUE),
     FileKind.CHECKPOINT: Growth(CopyPhase.CHECKPOINT),
+    # endIndex / committedIndex name entries: copied after them.
+    FileKind.DLEDGER_STATE: Growth(CopyPhase.CHECKPOINT),
     FileKind.ABORT: Growth(CopyPhase.MARKERS),
     FileKind.LOCK: Growth(CopyPhase.MARKERS),
 }
@@ -105,17 +151,3 @@ def data_end(last_nonzero_end: int, unit: int, size: int) -> int:
     return min(rounded, size)
 
 
-def last_record_start(data: bytes | memoryview, begin: int, end: int) -> int:
-    """Start of the last commitlog frame that begins before ``end``, hopping TOTALSIZE
-    from ``begin`` (a frame start). Framing only: a frame that cannot be followed (bad
-    length, or running past ``end``) is where the hops stop; so is a BLANK, after which
-    the file holds no more records. The result is where a later copy must re-read from:
-    everything before it belongs to records the copy held whole."""
-    position = begin
-    while position + 8 <= end:
-        total = int.from_bytes(data[position:position + 4], "big", signed=True)
-        magic = int.from_bytes(data[position + 4:position + 8], "big", signed=True)
-        if magic == BLANK_MAGIC or total < 8 or position + total >= end:
-            return position
-        position += total
-    return position

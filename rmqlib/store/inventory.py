@@ -3,8 +3,8 @@
 Every file under the root gets exactly one :class:`FileKind`; nothing is skipped, so
 an unexpected file shows up as ``UNKNOWN`` rather than disappearing. Files rmqlib knows
 but does not decode (RocksDB metadata or consume queues of 5.x ``storeType=defaultRocksDB``,
-compaction logs, DLedger) are listed as "present, not decoded" with a message; the 5.x
-timer files are decoded (``rmqlib.timers``).
+compaction logs) are listed as "present, not decoded" with a message; the 5.x timer files
+(``rmqlib.timers``) and a DLedger broker's Raft log (``rmqlib.dledger``) are decoded.
 The broker generation (4.x or 5.x) is inferred from evidence that only one of them
 writes (spec §9), and each piece of evidence is reported.
 """
@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from rmqlib.dledger import layout as DL
 from rmqlib.errors import NotAStoreFileError
 from rmqlib.markers import MarkerContent, read_abort
 
@@ -32,6 +33,11 @@ SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TIMER_TOPIC = "rmq_sys_wheel_timer"
+
+DLEDGER_PREFIX, DLEDGER_DATA, DLEDGER_INDEX = DL.DIR_PREFIX, DL.DATA_DIR, DL.INDEX_DIR
+# The properties files, and the .bak DLedger's IOUtils.string2File keeps of each.
+DLEDGER_STATE_FILES = frozenset(name + suffix for name in (DL.CHECKPOINT_FILE, DL.TERM_FILE)
+                                for suffix in ("", ".bak", ".tmp"))
 
 
 class FileKind(StrEnum):
@@ -49,11 +55,15 @@ class FileKind(StrEnum):
     TIMERCHECK = "timercheck"
     TIMER_WHEEL = "timer_wheel"
     TIMER_LOG = "timer_log"
+    # A DLedger broker's Raft log (rmqlib.dledger): entries holding its commitlog records,
+    # their index units, and the checkpoint / currterm properties files.
+    DLEDGER_DATA = "dledger_data"
+    DLEDGER_INDEX = "dledger_index"
+    DLEDGER_STATE = "dledger_state"
     # Present, not decoded by rmqlib:
     ROCKSDB = "rocksdb"
     COMPACTION = "compaction"
     HA_STATE = "ha_state"
-    DLEDGER = "dledger"
     UNKNOWN = "unknown"
 
 
@@ -61,8 +71,6 @@ NOT_DECODED: dict[FileKind, str] = {
     FileKind.ROCKSDB: "RocksDB data (5.x): present, not decoded",
     FileKind.COMPACTION: "5.x compaction log of a COMPACTION topic: present, not decoded",
     FileKind.HA_STATE: "controller-mode HA state: present, not decoded",
-    FileKind.DLEDGER: "DLedger commitlog: checked by rmq verify (rmqlib.dledger), not yet "
-                      "loaded into the lakehouse",
     FileKind.UNKNOWN: "not a file a RocketMQ broker writes here",
 }
 
@@ -165,9 +173,18 @@ def classify(relative: Path, size: int) -> StoreFile:
         kind = FileKind.COMPACTION
     elif top in ("kvStore", "rocksdbstore"):  # rocksdbstore/: seen in 5.5.x stores
         kind = FileKind.ROCKSDB
-    elif top.startswith("dledger"):
-        kind = FileKind.DLEDGER
+    elif top.startswith(DLEDGER_PREFIX):
+        kind = _classify_dledger_file(parts)
     return StoreFile(relative, kind, size, topic, queue_id)
+
+
+def _classify_dledger_file(parts: tuple[str, ...]) -> FileKind:
+    if len(parts) == 3 and SEGMENT_NAME.match(parts[2]):
+        return {DLEDGER_DATA: FileKind.DLEDGER_DATA,
+                DLEDGER_INDEX: FileKind.DLEDGER_INDEX}.get(parts[1], FileKind.UNKNOWN)
+    if len(parts) == 2 and parts[1] in DLEDGER_STATE_FILES:
+        return FileKind.DLEDGER_STATE
+    return FileKind.UNKNOWN
 
 
 def _classify_root_file(name: str) -> FileKind:
@@ -228,7 +245,7 @@ def take_inventory(root: str | Path) -> Inventory:
                 classify(absolute.relative_to(root), absolute.lstat().st_size)
             )
     if not any(f.kind in (FileKind.COMMITLOG, FileKind.CONSUME_QUEUE, FileKind.CHECKPOINT,
-                          FileKind.DLEDGER) for f in inventory.files):
+                          FileKind.DLEDGER_DATA) for f in inventory.files):
         raise NotAStoreFileError(
             "not a RocketMQ store: no commitlog, DLedger log, consumequeue or checkpoint "
             "found", path=root

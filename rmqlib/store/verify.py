@@ -81,7 +81,7 @@ from rmqlib.queues.consumequeue import (
     walk_queue_tree,
 )
 from rmqlib.queues.consumequeue_ext import ExtResolver
-from rmqlib.store.inventory import NOT_DECODED, FileKind, Inventory, take_inventory
+from rmqlib.store.inventory import Inventory, take_inventory
 from rmqlib.timers.timer_store import check_timer_store, commitlog_properties, read_timer_store
 
 ERROR = "error"
@@ -169,8 +169,6 @@ def verify_store(root: str | Path, *, verify_crc: bool = True) -> VerifyReport:
 
 def _check_inventory(report: VerifyReport) -> None:
     for where, reason, files, size in report.inventory.not_decoded_groups():
-        if reason == NOT_DECODED[FileKind.DLEDGER]:
-            continue  # verify reads it (_check_dledger)
         report.add(WARNING, "inventory", report.root / where, None,
                    f"{files} file(s), {size} bytes: {reason}")
 

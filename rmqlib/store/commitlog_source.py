@@ -1,0 +1,52 @@
+"""Where a store's commitlog records are: ``commitlog/``, or a DLedger broker's Raft log.
+
+A broker with ``enableDLegerCommitLog=true`` keeps no ``commitlog/``: its records are the
+bodies of the entries in ``dledger-<selfId>/data/`` (:mod:`rmqlib.dledger`), files named
+by their start offset like commitlog segments, and the records' PHYSICALOFFSETs are
+offsets in that log. Everything that walks a store's records by file asks here which
+directory and which framing to use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from rmqlib.common.segments import list_segments
+from rmqlib.dledger import layout as DL
+from rmqlib.dledger.records import dledger_dirs
+from rmqlib.errors import UnsupportedFormatError
+
+COMMITLOG = "commitlog"
+DLEDGER = "dledger"
+
+
+@dataclass(frozen=True)
+class CommitlogSource:
+    """The directory holding a store's records and how they are framed there."""
+
+    framing: str                   # COMMITLOG: records tile the files; DLEDGER: entries do
+    directory: Path
+    # A DLedger broker's commitlog/ left from before it switched to DLedger (its records
+    # sit below ``dividedCommitlogOffset``); not read.
+    superseded: Path | None = None
+
+    @property
+    def dledger(self) -> bool:
+        return self.framing == DLEDGER
+
+
+def commitlog_source(store: str | Path) -> CommitlogSource:
+    """The commitlog of ``store``: the DLedger log's data directory if the store has one
+    with files, else ``commitlog/`` (which may not exist)."""
+    root = Path(store)
+    logs = [log for log in dledger_dirs(root) if list_segments(log / DL.DATA_DIR)]
+    if len(logs) > 1:
+        names = ", ".join(log.name for log in logs)
+        raise UnsupportedFormatError(f"several DLedger logs with data ({names}): a store "
+                                     "whose dLegerSelfId changed is not supported", path=root)
+    if not logs:
+        return CommitlogSource(COMMITLOG, root / COMMITLOG)
+    old = root / COMMITLOG
+    return CommitlogSource(DLEDGER, logs[0] / DL.DATA_DIR,
+                           old if old.is_dir() and list_segments(old) else None)
