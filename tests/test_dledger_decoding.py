@@ -57,3 +57,26 @@ def test_verify_passes_the_real_store_and_names_a_damaged_entry(dledger_store: P
     assert {e.check for e in errors} >= {"unreadable"}
     assert any(e.check == "unreadable" and e.offset == 0 and e.path == str(data)
                for e in errors)
+
+
+def test_rmq_get_finds_a_message_every_way_in_a_dledger_store(dledger_store: Path) -> None:
+    """``rmq get`` reads records inside DLedger entries: by offsetMsgId (its offset), by
+    queue position (through the consume queue), by key (through the index file) and by
+    UNIQ_KEY with no topic (a scan of every entry)."""
+    import subprocess
+    import sys
+
+    store = str(dledger_store / "store")
+    sent = next(m for m in acked(dledger_store) if m["keys"] and not m["batch"]
+                and m["storedTopic"] == m["topic"] and m["queueOffset"] > 0)
+    ways = (["--msg-id", sent["offsetMsgId"]], ["--msg-id", sent["msgId"]],
+            ["--key", sent["keys"][0], "--topic", sent["topic"]],
+            ["--queue", sent["topic"], str(sent["queueId"]), str(sent["queueOffset"])],
+            ["--phys", str(sent["commitLogOffset"])])
+    for way in ways:
+        done = subprocess.run([sys.executable, "-m", "rmqlib.cli.main", "get", store, *way,
+                               "--json"], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, (way, done.stderr)
+        [row] = [json.loads(line) for line in done.stdout.splitlines()]
+        assert (row["physical_offset"], row["uniq_key"], row["queue_offset"]) == (
+            sent["commitLogOffset"], sent["msgId"], sent["queueOffset"]), way

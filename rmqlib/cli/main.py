@@ -233,6 +233,9 @@ def dump_commitlog(args: argparse.Namespace) -> int:
     else:
         directory = path / "commitlog" if (path / "commitlog").is_dir() else path
         files = [segment.path for segment in list_segments(directory)]
+        if not files and records_dir(path) != path / "commitlog":
+            raise CliError(f"{path}: the commitlog of this store is a DLedger log: "
+                           f"rmq dump dledger {path}")
     kinds = {"zero tail": ZERO_TAIL, "blank": BLANK}
 
     def each(window: Window, out: Output) -> Iterator[tuple[FileAccount, int]]:
@@ -620,11 +623,32 @@ def find_by_key(store: Path, topic: str, key: str) -> list[int]:
     return sorted(set(offsets))
 
 
+def records_dir(store: Path) -> Path:
+    """Where the store's records are: ``commitlog/``, or a DLedger broker's data files
+    (a record is read at its PHYSICALOFFSET inside its entry there too)."""
+    from rmqlib.store.commitlog_source import commitlog_source
+
+    return commitlog_source(store).directory
+
+
+def every_record(store: Path) -> Iterator[CommitLogRecord]:
+    """Every record of the store in log order, whichever framing holds them."""
+    from rmqlib.commitlog.records import scan_store
+    from rmqlib.dledger.records import scan_dledger
+    from rmqlib.store.commitlog_source import commitlog_source
+
+    source = commitlog_source(store)
+    if source.dledger:
+        yield from (record for _, record in scan_dledger(source.directory, verify_crc=False))
+    else:
+        yield from scan_store(source.directory, verify_crc=False)
+
+
 def records_for(store: Path, offsets: Iterable[int]) -> Iterator[CommitLogRecord]:
     from rmqlib.commitlog.records import read_record_at
 
     for offset in offsets:
-        yield read_record_at(store / "commitlog", offset)
+        yield read_record_at(records_dir(store), offset)
 
 
 Match = tuple["CommitLogRecord", "InnerMessage | None"]  # a record, or one member of it
@@ -649,7 +673,7 @@ def cmd_get(args: argparse.Namespace) -> int:
     store = existing(args.store)
     matches: list[Match]
     if args.phys is not None:
-        matches = [(read_record_at(store / "commitlog", args.phys), None)]
+        matches = [(read_record_at(records_dir(store), args.phys), None)]
     elif args.queue:
         topic, queue_id, queue_offset = args.queue
         if not (is_decimal(queue_id) and is_decimal(queue_offset)):
@@ -683,11 +707,11 @@ def get_by_msg_id(store: Path, msg_id: str, topic: str | None) -> list[Match]:
     --topic) or by scanning the commitlog. Inner-batch members are not in the index (the
     broker indexes the batch's UNIQ_KEY only): for them the scan looks inside batches."""
     from rmqlib.commitlog.msgid import decode_offset_msg_id
-    from rmqlib.commitlog.records import read_record_at, scan_store
+    from rmqlib.commitlog.records import read_record_at
 
     try:
         decoded = decode_offset_msg_id(msg_id)
-        record = read_record_at(store / "commitlog", decoded.commitlog_offset)
+        record = read_record_at(records_dir(store), decoded.commitlog_offset)
         if record.offset_msg_id.upper() == msg_id.upper():
             return [(record, None)]
     except StoreError:
@@ -702,7 +726,7 @@ def get_by_msg_id(store: Path, msg_id: str, topic: str | None) -> list[Match]:
     else:
         print("no --topic given: scanning the whole commitlog for UNIQ_KEY", file=sys.stderr)
     matches: list[Match] = []
-    for record in scan_store(store / "commitlog", verify_crc=False):
+    for record in every_record(store):
         if topic and record.topic != topic:
             continue
         if record.uniq_key == msg_id:

@@ -51,7 +51,8 @@ from rmqlib.common.segments import (
     segment_issues,
     unsized_last_file,
 )
-from rmqlib.dledger.entries import DLedgerEntry, scan_data_file
+from rmqlib.dledger.arrow import scan_dledger_arrow
+from rmqlib.dledger.entries import DLedgerEntry
 from rmqlib.dledger.index import check_index, read_index_units, read_properties
 from rmqlib.dledger.layout import CHECKPOINT_FILE as DLEDGER_CHECKPOINT
 from rmqlib.dledger.layout import DATA_DIR as DLEDGER_DATA
@@ -461,44 +462,28 @@ MAX_LISTED = 20
 def _check_dledger(report: VerifyReport, entries: IndexEntries, raft_logs: list[Path],
                    verify_crc: bool) -> RecordFacts:
     """A DLedger store's commitlog: every data file walked entry by entry (byte account,
-    corrupt gaps, torn tail), each entry's body checked as the commitlog record it holds
-    (the same checks as a commitlog's records), the index units against the entries, and
-    the checkpoint's end index against the last entry (rmqlib.dledger)."""
+    corrupt gaps, torn tail) with the records inside decoded in one pass as the load does
+    (rmqlib.dledger.arrow) and checked like a commitlog's records; an entry whose body is
+    no record is an unreadable region; then the index units against the entries, and the
+    checkpoint's end index against the last entry."""
     checker = CommitlogChecker(report, entries)
     last_end: int | None = None
     for raft_log in raft_logs:
-        data = raft_log / DLEDGER_DATA
         found: list[DLedgerEntry] = []
-        for segment in list_segments(data):
-            file_entries, scan = scan_data_file(segment.path)
-            torn = frozenset((r.offset, r.length) for r in scan.account.unreadable
-                             if r.reason.startswith("torn tail"))
-            report.account(scan.account, expected=torn)
-            report.counts["dledger_entries"] += len(file_entries)
-            for entry in file_entries:
-                batch = _entry_record(segment, entry, verify_crc)
-                if batch is None:
-                    report.add(ERROR, "dledger-body", segment.path, entry.pos - segment.start,
-                               f"entry {entry.index} holds no valid commitlog record")
-                    continue
+        for segment in list_segments(raft_log / DLEDGER_DATA):
+            scan = scan_dledger_arrow(segment.path, verify_crc=verify_crc)
+            for batch in scan:
                 checker.check_batch(batch)
-                last_end = entry.end
-            found += file_entries
+            torn = frozenset((gap.offset, gap.length) for gap in scan.result.gaps
+                             if gap.kind is GapKind.TORN_TAIL)
+            report.account(scan.result.account, expected=torn)
+            report.counts["dledger_entries"] += len(scan.entries)
+            found += scan.entries
+            if scan.entries:
+                last_end = scan.entries[-1].end
         _check_dledger_index(report, raft_log, found)
     report.counts["commitlog_end"] = last_end or 0
     return checker.facts()
-
-
-def _entry_record(segment: Segment, entry: DLedgerEntry,
-                  verify_crc: bool) -> pa.RecordBatch | None:
-    """The commitlog record in an entry's body, as a one-row batch (None: not a record)."""
-    position = entry.body_offset - segment.start
-    scan = scan_segment_arrow(segment.path, position, position + 1, verify_crc=verify_crc)
-    batches = [b for b in scan if b.num_rows]
-    if len(batches) != 1 or batches[0].num_rows != 1 or \
-            batches[0]["total_size"][0].as_py() != entry.body_size:
-        return None
-    return batches[0]
 
 
 def _check_dledger_index(report: VerifyReport, raft_log: Path,
