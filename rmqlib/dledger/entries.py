@@ -26,6 +26,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from rmqlib.common.accounting import FileAccount
 from rmqlib.common.segments import parse_segment_name
@@ -34,11 +35,14 @@ from rmqlib.dledger import layout as L
 WINDOW = 4 << 20
 MAGIC_BYTES = L.ENTRY_MAGIC.to_bytes(4, "big", signed=True)
 BLANK_BYTES = L.BLANK_MAGIC.to_bytes(4, "big", signed=True)
+_unpack_header = L.ENTRY_HEADER.unpack_from
 
 
-@dataclass(frozen=True)
-class DLedgerEntry:
-    """One entry's header; its body is bytes [body_offset, pos + size) of the data log."""
+class DLedgerEntry(NamedTuple):
+    """One entry's header; its body is bytes [body_offset, pos + size) of the data log.
+
+    A NamedTuple, not a dataclass: a data file holds millions of entries and the walk
+    builds one per entry (about three times cheaper to make)."""
 
     pos: int          # logical offset in the data log (file start + position)
     size: int
@@ -89,11 +93,16 @@ class _File:
         self._base, self._data = 0, b""
 
     def read(self, pos: int, length: int) -> bytes:
+        data, at = self.locate(pos, length)
+        return data[at:at + length]
+
+    def locate(self, pos: int, length: int) -> tuple[bytes, int]:
+        """The window holding bytes [pos, pos + length) and where they start in it (no
+        copy: the walk unpacks headers in place)."""
         if not (self._base <= pos and pos + length <= self._base + len(self._data)):
             self._base = pos
             self._data = os.pread(self._fd, max(WINDOW, length), pos)
-        start = pos - self._base
-        return self._data[start:start + length]
+        return self._data, pos - self._base
 
     def close(self) -> None:
         os.close(self._fd)
@@ -160,8 +169,9 @@ def entry_at(f: _File, start: int, position: int) -> DLedgerEntry | None:
     left = f.size - position
     if left < L.ENTRY_HEADER_SIZE:
         return None
+    data, at = f.locate(position, L.ENTRY_HEADER_SIZE)
     magic, size, index, term, pos, channel, chain, body_crc, body_size = \
-        L.ENTRY_HEADER.unpack(f.read(position, L.ENTRY_HEADER_SIZE))
+        _unpack_header(data, at)
     if (magic != L.ENTRY_MAGIC or not L.ENTRY_HEADER_SIZE <= size <= left
             or pos != start + position or body_size != size - L.ENTRY_HEADER_SIZE):
         return None

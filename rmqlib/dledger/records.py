@@ -10,14 +10,15 @@ An entry whose body is no valid record is reported with its offset, never skippe
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rmqlib.commitlog.records import CommitLogRecord, decode_record
-from rmqlib.common.segments import list_segments
+from rmqlib.common.segments import Segment, list_segments
 from rmqlib.dledger import layout as L
-from rmqlib.dledger.entries import DataFileScan, DLedgerEntry, read_body, scan_data_file
+from rmqlib.dledger.entries import DataFileScan, DLedgerEntry, scan_data_file
 from rmqlib.errors import StoreError
 
 
@@ -50,16 +51,21 @@ class DLedgerScan:
         for segment in list_segments(self.data_dir):
             entries, scan = scan_data_file(segment.path)
             self.files.append(scan)
-            for entry in entries:
-                body = read_body(segment.path, entry, segment.start)
-                try:
-                    record = decode_record(body, segment_start=segment.start,
-                                           position=entry.body_offset - segment.start,
-                                           path=str(segment.path), verify_crc=self.verify_crc)
-                except StoreError as error:
-                    self.bad_bodies.append(BadBody(entry, str(segment.path), str(error)))
-                    continue
-                yield entry, record
+            with open(segment.path, "rb") as handle:
+                yield from self._records(segment, entries, handle.fileno())
+
+    def _records(self, segment: Segment, entries: list[DLedgerEntry], fd: int
+                 ) -> Iterator[tuple[DLedgerEntry, CommitLogRecord]]:
+        for entry in entries:
+            position = entry.body_offset - segment.start
+            body = os.pread(fd, entry.body_size, position)
+            try:
+                record = decode_record(body, segment_start=segment.start, position=position,
+                                       path=str(segment.path), verify_crc=self.verify_crc)
+            except StoreError as error:
+                self.bad_bodies.append(BadBody(entry, str(segment.path), str(error)))
+                continue
+            yield entry, record
 
 
 def scan_dledger(data_dir: str | Path, *, verify_crc: bool = True) -> DLedgerScan:
