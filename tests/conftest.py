@@ -42,6 +42,8 @@ features_store = _load_harness_fixtures().features_store
 cluster_store = _load_harness_fixtures().cluster_store
 # The v5-dledger variant dir (a 5.5.0 broker with a DLedger commitlog), built on first use.
 dledger_store = _load_harness_fixtures().dledger_store
+# The v5-rocksdb variant dir (a 5.5.0 broker with storeType=defaultRocksDB), built on first use.
+rocksdb_store = _load_harness_fixtures().rocksdb_store
 
 
 @pytest.fixture(scope="session")

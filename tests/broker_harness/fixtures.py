@@ -1,7 +1,8 @@
 """pytest fixtures for the real-broker stores: thin wrappers around ``stores.ensure_stores``.
 
 Import into a test module (or a conftest) with ``from <this module> import broker_stores,
-growing_store, features_store, cluster_store, dledger_store``; the module loads ``stores.py`` by
+growing_store, features_store, cluster_store, dledger_store,
+rocksdb_store``; the module loads ``stores.py`` by
 path, so it works whether or not ``tests`` is a package.
 """
 
@@ -87,3 +88,14 @@ def dledger_store() -> Path:
     messages) and ``truth/`` (messages, consumer_groups, topic_stats, dledger.json, ...).
     Generated on first use (~45 s), separately from the other variants."""
     return _variant(stores.DLEDGER_VARIANT)
+
+
+@pytest.fixture(scope="session")
+def rocksdb_store() -> Path:
+    """The ``v5-rocksdb`` variant dir: ``store/`` (one 5.5.0 broker with
+    ``storeType=defaultRocksDB``: consume queues in a RocksDB database in ``consumequeue/``,
+    topics, groups and offsets in ``config/<name>/`` RocksDB databases, no JSON for them),
+    ``snapshots/s1/store`` (a hot copy before the last ~100 messages) and ``truth/``
+    (messages, consumer_groups, topic_stats, rocksdb.json, ...)."""
+    return _variant(stores.ROCKSDB_VARIANT)
+

@@ -70,8 +70,11 @@ CLUSTER_VARIANT = "v5-cluster"
 #: Built only on request too: one 5.5.0 broker whose commitlog is a single-node DLedger (Raft) log
 #: (``dledger-n0/data``, ``dledger-n0/index``), with a hot copy before the last ~100 messages.
 DLEDGER_VARIANT = "v5-dledger"
+#: Built only on request too: one 5.5.0 broker with ``storeType=defaultRocksDB`` (consume queues
+#: and topics, groups and offsets in RocksDB), the same workload and hot copy as v5-dledger.
+ROCKSDB_VARIANT = "v5-rocksdb"
 EXTRA_VARIANTS: tuple[str, ...] = (GROWING_VARIANT, FEATURES_VARIANT, CLUSTER_VARIANT,
-                                   DLEDGER_VARIANT)
+                                   DLEDGER_VARIANT, ROCKSDB_VARIANT)
 ALL_VARIANTS: tuple[str, ...] = VARIANTS + EXTRA_VARIANTS
 DEFAULT_VARIANT = "v5-clean"
 CACHE_ENV = "RMQ_STORE_CACHE"
@@ -103,9 +106,12 @@ DRIVER_JVM_OPTS = [
 #: Variants whose processes talk over IPv6 (::1): their driver JVM must not prefer the IPv4 stack.
 IPV6_VARIANTS: tuple[str, ...] = (FEATURES_VARIANT,)
 #: Variants whose scenario class has its own ``main`` (everything else runs ``rmqharness.Harness``):
-#: v5-dledger lives entirely in ``DledgerWorkload.java``, so the shared ``Harness.java`` (part of
-#: every variant's fingerprint) did not have to change for it.
-MAIN_CLASSES: dict[str, str] = {DLEDGER_VARIANT: "rmqharness.DledgerWorkload"}
+#: the deployment-mode variants live entirely in ``ModeWorkload.java``, so the shared
+#: ``Harness.java`` (part of every variant's fingerprint) did not have to change for them.
+MAIN_CLASSES: dict[str, str] = {DLEDGER_VARIANT: "rmqharness.ModeWorkload",
+                                ROCKSDB_VARIANT: "rmqharness.ModeWorkload"}
+#: Scenario classes that serve several variants (others serve the variant ``*-<scenario>``).
+SCENARIO_OF: dict[str, str] = {DLEDGER_VARIANT: "mode", ROCKSDB_VARIANT: "mode"}
 
 
 def driver_jvm_opts(variant: str) -> list[str]:
@@ -151,9 +157,11 @@ def fingerprint(variant: str | None = None) -> str:
     """sha256 over the harness sources and poms (plus HARNESS_REVISION).
 
     A scenario's own workload class (``<Scenario>Workload.java``) counts only for the variant
-    ending in ``-<scenario>``, so editing one scenario does not regenerate every other store.
+    ending in ``-<scenario>`` (or the variants ``SCENARIO_OF`` gives it), so editing one scenario
+    does not regenerate every other store.
     """
-    scenario = variant.rsplit("-", 1)[-1] if variant else None
+    scenario = (SCENARIO_OF.get(variant, variant.rsplit("-", 1)[-1]) if variant
+                else None)
     h = hashlib.sha256()
     h.update(f"revision={HARNESS_REVISION}\n".encode())
     for f in _fingerprinted_files():

@@ -36,30 +36,44 @@ import org.apache.rocketmq.remoting.protocol.route.BrokerData;
 import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
 
 /**
- * The v5-dledger scenario (5.x only): a real 5.5.0 name server and ONE broker whose commitlog is a
- * DLedger (Raft) log: {@code enableDLegerCommitLog=true}, a single-node group ({@code dLegerPeers=n0-127.0.0.1:p},
- * {@code dLegerSelfId=n0}) that elects itself. The broker writes {@code dledger-n0/data/} (entries: a 48-byte
- * header + a commitlog record), {@code dledger-n0/index/} (32-byte units), {@code dledger-n0/checkpoint} and
- * {@code dledger-n0/currterm}; consume queues and the index file as usual.
+ * One broker in a deployment mode other than the default (5.x only): a real 5.5.0 name server and ONE broker,
+ * the same seeded workload, a hot copy and a clean shutdown; only the broker's mode differs by variant.
  *
- * <p>This class has its own {@code main} (stores.py starts it instead of {@link Harness} for this variant), so
- * {@code Harness.java}, which every variant's fingerprint covers, stays untouched; a {@link Harness} instance in
- * its "-clean" mode is used for the helpers only (ports, child JVMs, logback files, timings, deadline).
+ * <ul>
+ *   <li>{@code v5-dledger}: the commitlog is a DLedger (Raft) log: {@code enableDLegerCommitLog=true}, a
+ *   single-node group ({@code dLegerPeers=n0-127.0.0.1:p}, {@code dLegerSelfId=n0}) that elects itself. The
+ *   broker writes {@code dledger-n0/data/} (entries: a 48-byte header + a commitlog record),
+ *   {@code dledger-n0/index/} (32-byte units), {@code dledger-n0/checkpoint} and {@code dledger-n0/currterm};
+ *   consume queues and the index file as usual. Topics TopicDLedger*.</li>
+ *   <li>{@code v5-rocksdb}: {@code storeType=defaultRocksDB}: consume queues live in a RocksDB database in
+ *   {@code consumequeue/} itself, topics, subscription groups and consumer offsets in {@code config/topics/},
+ *   {@code config/subscriptionGroups/}, {@code config/consumerOffsets/} (RocksDB, no JSON files); the commitlog
+ *   and the index file as usual. Topics TopicRocks*.</li>
+ * </ul>
  *
- * <p>Scenario (seeded): TopicDLedger (4 queues: tags, keys, user properties, the main workload's body kinds
- * incl. compressed bodies over 4 KiB, 3 client batches of 10), TopicDLedgerBulk (2 queues: 2–8 KiB binary and
- * text bodies, the volume that fills three 1 MiB data files), TopicDLedgerDelay (2 queues: delay levels 1
- * and 2). G_ALL (push) consumes everything; a hot copy {@code snapshots/s1/store} (StoreCopier) is taken before
- * the last ~100 messages; G_HALF (pull) commits half of every queue; clean shutdown (SIGTERM).
+ * <p>This class has its own {@code main} (stores.py starts it instead of {@link Harness} for these variants),
+ * so {@code Harness.java}, which every variant's fingerprint covers, stays untouched; a {@link Harness}
+ * instance in its "-clean" mode is used for the helpers only (ports, child JVMs, logback files, timings,
+ * deadline).
+ *
+ * <p>Scenario (seeded): Topic* (4 queues: tags, keys, user properties, the main workload's body kinds incl.
+ * compressed bodies over 4 KiB, 3 client batches of 10), Topic*Bulk (2 queues: 2–8 KiB binary and text
+ * bodies, the volume that fills three 1 MiB files), Topic*Delay (2 queues: delay levels 1 and 2). G_ALL
+ * (push) consumes everything; a hot copy {@code snapshots/s1/store} (StoreCopier) is taken before the last
+ * ~100 messages; G_HALF (pull) commits half of every queue; clean shutdown (SIGTERM).
  */
-final class DledgerWorkload {
-    static final String VARIANT = "v5-dledger";
+final class ModeWorkload {
+    /** The variants this class runs, and the deployment mode each one puts its broker in. */
+    static final Map<String, String> MODES = Map.of("v5-dledger", "dledger", "v5-rocksdb", "rocksdb");
     static final long SEED = 20240614L;
     static final String SELF_ID = "n0";
 
-    static final String T_MAIN = "TopicDLedger";
-    static final String T_BULK = "TopicDLedgerBulk";
-    static final String T_DELAY = "TopicDLedgerDelay";
+    final String variant;
+    /** "dledger": enableDLegerCommitLog; "rocksdb": storeType=defaultRocksDB (queues and config in RocksDB). */
+    final String mode;
+    final String tMain;
+    final String tBulk;
+    final String tDelay;
     static final String G_ALL = Workload.G_ALL;
     static final String G_HALF = Workload.G_HALF;
     static final List<String> GROUPS = List.of(G_ALL, G_HALF);
@@ -79,7 +93,8 @@ final class DledgerWorkload {
     final Map<String, Object> notes = new LinkedHashMap<>();
     final List<String> notPossible = new ArrayList<>();
     final List<Map<String, Object>> groupSnapshot = new ArrayList<>();
-    final Map<String, Object> dledger = new LinkedHashMap<>();
+    /** The mode's own truth file ({@code dledger.json}, {@code rocksdb.json}): broker views, the layout. */
+    final Map<String, Object> modeTruth = new LinkedHashMap<>();
     final Map<String, Object> snapshot = new LinkedHashMap<>();
     Workload wl;
     DefaultMQAdminExt admin;
@@ -92,19 +107,25 @@ final class DledgerWorkload {
     String brokerAddr;
     long s1CopyStartMs = -1;
 
-    DledgerWorkload(Harness h) {
+    ModeWorkload(Harness h, String variant) {
         this.h = h;
+        this.variant = variant;
+        this.mode = MODES.get(variant);
+        String prefix = "dledger".equals(mode) ? "TopicDLedger" : "TopicRocks";
+        this.tMain = prefix;
+        this.tBulk = prefix + "Bulk";
+        this.tDelay = prefix + "Delay";
     }
 
-    static Map<String, Integer> topics() {
+    Map<String, Integer> topics() {
         Map<String, Integer> t = new LinkedHashMap<>();
-        t.put(T_MAIN, 4);
-        t.put(T_BULK, 2);
-        t.put(T_DELAY, 2);
+        t.put(tMain, 4);
+        t.put(tBulk, 2);
+        t.put(tDelay, 2);
         return t;
     }
 
-    /** Usage: {@code java -cp ... rmqharness.DledgerWorkload --variant v5-dledger --out DIR [--timeout SEC]}. */
+    /** Usage: {@code java -cp ... rmqharness.ModeWorkload --variant v5-dledger|v5-rocksdb --out DIR [--timeout SEC]}. */
     public static void main(String[] args) {
         String variant = null;
         String out = null;
@@ -125,8 +146,8 @@ final class DledgerWorkload {
                     System.exit(64);
             }
         }
-        if (!VARIANT.equals(variant) || out == null) {
-            System.err.println("HARNESS ERROR: usage: DledgerWorkload --variant " + VARIANT
+        if (!MODES.containsKey(variant) || out == null) {
+            System.err.println("HARNESS ERROR: usage: ModeWorkload --variant " + MODES.keySet()
                 + " --out DIR [--timeout SEC]");
             System.exit(64);
         }
@@ -135,7 +156,7 @@ final class DledgerWorkload {
         try {
             // Harness only knows its own variant suffixes; its "-clean" mode is what this scenario's helpers need.
             h = new Harness("v" + Compat.LINE + "-clean", Paths.get(out), timeout);
-            new DledgerWorkload(h).run();
+            new ModeWorkload(h, variant).run();
             rc = 0;
         } catch (Harness.HarnessError e) {
             System.err.println("HARNESS ERROR: " + e.getMessage());
@@ -206,10 +227,16 @@ final class DledgerWorkload {
         nsConf.put("scanAvailableNameSrv", "false");
 
         Map<String, String> brokerConf = h.brokerConfig(nsAddr, brokerPort);
-        brokerConf.put("enableDLegerCommitLog", "true");
-        brokerConf.put("dLegerGroup", Harness.BROKER_NAME);
-        brokerConf.put("dLegerPeers", peers);
-        brokerConf.put("dLegerSelfId", SELF_ID);
+        if ("dledger".equals(mode)) {
+            brokerConf.put("enableDLegerCommitLog", "true");
+            brokerConf.put("dLegerGroup", Harness.BROKER_NAME);
+            brokerConf.put("dLegerPeers", peers);
+            brokerConf.put("dLegerSelfId", SELF_ID);
+        } else {
+            // Consume queues in RocksDB (consumequeue/ is a RocksDB directory) and, with the default
+            // configManagerVersion=v1, topics, groups and offsets in config/<name>/ RocksDB directories.
+            brokerConf.put("storeType", "defaultRocksDB");
+        }
 
         Path nsConfFile = h.work.resolve("namesrv.conf");
         Path brokerConfFile = h.work.resolve("broker.conf");
@@ -231,14 +258,14 @@ final class DledgerWorkload {
         h.waitForLine("broker", broker, h.logs.resolve("broker.out"), "boot success", 120);
         h.mark("brokerStarted");
 
-        run.put("variant", VARIANT);
+        run.put("variant", variant);
         run.put("brokerLine", Compat.LINE);
         run.put("rocketmqVersion", Harness.rocketmqJarVersion());
         run.put("dledgerVersion", dledgerJarVersion());
         run.put("mqVersionDesc", org.apache.rocketmq.common.MQVersion.getVersionDesc(
             org.apache.rocketmq.common.MQVersion.CURRENT_VERSION));
         run.put("shutdownMode", "clean");
-        run.put("scenario", "dledger");
+        run.put("scenario", mode);
         run.put("seed", SEED);
         run.put("javaVersion", System.getProperty("java.version"));
         Map<String, Object> ports = new LinkedHashMap<>();
@@ -272,7 +299,7 @@ final class DledgerWorkload {
         h.mark("topicsCreated");
         startConsumers();
         h.mark("consumersStarted");
-        producer = new DefaultMQProducer("PG_DLEDGER");
+        producer = new DefaultMQProducer("PG_" + mode.toUpperCase());
         wl.configureProducer(producer, "harness-producer");
         producer.start();
         wl.producer = producer;
@@ -310,7 +337,7 @@ final class DledgerWorkload {
         h.mark("groupsSnapshot");
         wl.snapshotTopics();
         h.mark("topicsSnapshot");
-        dledger.put("beforeShutdown", brokerView());
+        modeTruth.put("beforeShutdown", brokerView());
         producer.shutdown();
         admin.shutdown();
         Thread.sleep(500);
@@ -318,7 +345,7 @@ final class DledgerWorkload {
         h.mark("brokerStopped");
         namesrv.destroyForcibly(); // nothing of the name server is kept
         namesrv.waitFor(30, TimeUnit.SECONDS);
-        dledger.put("afterShutdown", describeLayout(h.store));
+        modeTruth.put("afterShutdown", describeLayout(h.store));
         h.mark("end");
     }
 
@@ -532,8 +559,8 @@ final class DledgerWorkload {
         String tags = Workload.NORMAL_TAGS[n % Workload.NORMAL_TAGS.length];
         List<String> keys = wl.keysFor("dl", n);
         Map<String, String> props = wl.userProps(n, n % 2 == 0);
-        Message msg = wl.buildMessage(T_MAIN, tags, keys, props, body);
-        Map<String, Object> r = wl.newRecord("normal", phase(), T_MAIN, msg, body, kindOfBody, props, keys);
+        Message msg = wl.buildMessage(tMain, tags, keys, props, body);
+        Map<String, Object> r = wl.newRecord("normal", phase(), tMain, msg, body, kindOfBody, props, keys);
         wl.sendSimple(r, msg, null, null);
     }
 
@@ -547,8 +574,8 @@ final class DledgerWorkload {
         List<String> keys = List.of("dlbulk-" + n);
         Map<String, String> props = new LinkedHashMap<>();
         props.put("seqNo", String.valueOf(n));
-        Message msg = wl.buildMessage(T_BULK, "bulk", keys, props, body);
-        Map<String, Object> r = wl.newRecord("bulk", phase(), T_BULK, msg, body,
+        Message msg = wl.buildMessage(tBulk, "bulk", keys, props, body);
+        Map<String, Object> r = wl.newRecord("bulk", phase(), tBulk, msg, body,
             large ? "binary-large" : binary ? "binary-medium" : "text-medium", props, keys);
         wl.sendSimple(r, msg, null, null);
     }
@@ -558,9 +585,9 @@ final class DledgerWorkload {
         byte[] body = wl.body("text-small");
         List<String> keys = wl.keysFor("dldelay", n);
         Map<String, String> props = wl.userProps(n, true);
-        Message msg = wl.buildMessage(T_DELAY, "delay" + level, keys, props, body);
+        Message msg = wl.buildMessage(tDelay, "delay" + level, keys, props, body);
         msg.setDelayTimeLevel(level);
-        Map<String, Object> r = wl.newRecord("delayed", phase(), T_DELAY, msg, body, "text-small", props, keys);
+        Map<String, Object> r = wl.newRecord("delayed", phase(), tDelay, msg, body, "text-small", props, keys);
         r.put("delayLevel", level);
         wl.sendSimple(r, msg, Workload.SCHEDULE_TOPIC, level - 1);
     }
@@ -574,8 +601,8 @@ final class DledgerWorkload {
             byte[] body = wl.body(kindOfBody);
             List<String> keys = wl.keysFor("dlbatch", n);
             Map<String, String> props = wl.userProps(n, i % 2 == 0);
-            Message msg = wl.buildMessage(T_MAIN, "batch", keys, props, body);
-            Map<String, Object> r = wl.newRecord("batch", phase(), T_MAIN, msg, body, kindOfBody, props, keys);
+            Message msg = wl.buildMessage(tMain, "batch", keys, props, body);
+            Map<String, Object> r = wl.newRecord("batch", phase(), tMain, msg, body, kindOfBody, props, keys);
             r.put("batch", true);
             r.put("batchId", b);
             r.put("batchIndex", i);
@@ -650,6 +677,7 @@ final class DledgerWorkload {
             for (String k : p.stringPropertyNames()) {
                 String lk = k.toLowerCase();
                 if (lk.contains("dleg") || lk.contains("dledger") || lk.equals("brokerid") || lk.equals("brokerrole")
+                    || lk.contains("rocksdb") || lk.equals("storetype") || lk.contains("configmanager")
                     || lk.contains("mappedfilesizecommitlog") || lk.contains("storepath")
                     || lk.contains("enablebatchpush") || lk.contains("preferredleader")) {
                     picked.put(k, p.getProperty(k));
@@ -789,7 +817,7 @@ final class DledgerWorkload {
         if (!snapshot.isEmpty()) {
             Harness.writeJson(h.truth.resolve("snapshots.json"), List.of(snapshot));
         }
-        Harness.writeJson(h.truth.resolve("dledger.json"), dledger);
+        Harness.writeJson(h.truth.resolve(mode + ".json"), modeTruth);
 
         run.put("topics", topics());
         Map<String, Object> groups = new LinkedHashMap<>();
