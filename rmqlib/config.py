@@ -29,7 +29,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from rmqlib.errors import ConfigError, UnsupportedFormatError
+from rmqlib.errors import ConfigError, StoreError, UnsupportedFormatError
+from rmqlib.rocksdb.config_store import read_config_document, rocksdb_table
 
 T = TypeVar("T")
 
@@ -48,7 +49,10 @@ CONSUMER_ORDER_INFO_FILE = "consumerOrderInfo.json"
 TIMER_METRICS_FILE = "timermetrics"
 TRANSACTION_METRICS_FILE = "transactionMetrics"
 # RocksDB-backed metadata that replaces the JSON files (5.1.4+ / 5.3.2+), not decoded.
-ROCKSDB_CONFIG_DIRS = ("topics", "subscriptionGroups", "consumerOffsets", "rdb")
+# RocksDB config stores not decoded yet: configManagerVersion=v2 and the single database of
+# useSingleRocksDBForAllConfigs (the per-table v1 databases are: rmqlib.rocksdb.config_store).
+ROCKSDB_CONFIG_DIRS = ("rdb", "metadata")
+ROCKSDB_NOTE = "read from RocksDB (storeType=defaultRocksDB, configManagerVersion=v1)"
 
 # PermName bits.
 PERM_PRIORITY = 8
@@ -665,10 +669,33 @@ def parse_transaction_metrics(data: dict[str, Any]) -> Metrics:
 
 
 def _load(path: str | Path, parse: Callable[[dict[str, Any]], Any], missing_ok: bool) -> Any:
-    document = load_config_json(path, missing_ok=missing_ok)
+    document = load_config_json(path, missing_ok=missing_ok or _in_rocksdb(path))
+    if document is None:
+        document = _rocksdb_document(path)
     if document is None:
         return None
     return replace(_wrap(document.source, parse, document.data), source=document.source)
+
+
+def _in_rocksdb(path: str | Path) -> bool:
+    return rocksdb_table(Path(path).parent, Path(path).name) is not None
+
+
+def _rocksdb_document(path: str | Path) -> ConfigDocument | None:
+    """The file's table from the RocksDB database that replaces it (storeType=
+    defaultRocksDB), as the document the file would hold; None when there is none."""
+    path = Path(path)
+    database = rocksdb_table(path.parent, path.name)
+    if database is None:
+        return None
+    try:
+        document = read_config_document(path.parent, path.name)
+    except StoreError as exc:
+        raise ConfigError(exc.reason, path=database) from exc
+    notes = [ROCKSDB_NOTE]
+    notes += [f"key {key[:80]!r} left out: {reason}" for key, reason in document.bad]
+    return ConfigDocument(document.data, ConfigSource(str(path), str(database), False, None,
+                                                      False, tuple(notes)))
 
 
 def load_topics(path: str | Path, *, missing_ok: bool = False) -> TopicsFile | None:

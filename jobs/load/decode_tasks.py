@@ -36,12 +36,14 @@ from rmqlib.dledger.layout import INDEX_UNIT_SIZE as DLEDGER_UNIT_SIZE
 from rmqlib.errors import StoreError
 from rmqlib.indexfile import INDEX_ENTRY_SIZE, IndexFile
 from rmqlib.queues.batchconsumequeue import decode_bcq_range
-from rmqlib.queues.consumequeue import EXT_MAX_ADDR, FILLER_SIZE, decode_cq_range
+from rmqlib.queues.consumequeue import CQ_UNIT_SIZE, EXT_MAX_ADDR, FILLER_SIZE, decode_cq_range
 from rmqlib.queues.consumequeue_ext import ExtResolver
+from rmqlib.rocksdb.consume_queue import read_queues
 
 COMMITLOG = "commitlog"
 DLEDGER = "dledger"  # a DLedger data file: commitlog records inside Raft entries
 DLEDGER_INDEX = "dledger_index"  # quarantine kind of an index unit that disagrees
+ROCKSDB_CQ = "rocksdb_cq"  # the RocksDB consume queue of a storeType=defaultRocksDB broker
 DLEDGER_INDEX_REASON = "dledger index: unit of entry"
 CONSUMEQUEUE = "consumequeue"
 BATCHCONSUMEQUEUE = "batchconsumequeue"
@@ -105,6 +107,9 @@ class DecodeContext:
     commitlog_end: int | None = None
     # The segment the broker appends to (relative path); see ``_torn_last_record``.
     commitlog_tail_file: str | None = None
+    # RocksDB consume queue: the next queue offset to load per (topic, queue id), from the
+    # high-water marks (a file queue's task carries its byte range instead).
+    queue_marks: tuple[tuple[str, int, int], ...] = ()
 
 
 # --------------------------------------------------------------------------- reports
@@ -452,6 +457,54 @@ def _queue_task(task: Task, context: DecodeContext) -> Iterator[pa.RecordBatch]:
     }
 
 
+def _rocksdb_queue_task(task: Task, context: DecodeContext) -> Iterator[pa.RecordBatch]:
+    """Every queue of a RocksDB consume queue past its mark: one batch per queue.
+
+    The units are those of a file queue (same columns; ``store_time`` from the value,
+    ``source_file`` the database directory, ``file_position`` the position the unit would
+    have in a file queue: queue offset x 20, which is also what the marks count)."""
+    after = {(topic, queue_id): next_offset for topic, queue_id, next_offset
+             in context.queue_marks}
+    scan = read_queues(task.path, after)
+    rows, marks = 0, []
+    for queue in scan.queues:
+        filler = np.zeros(len(queue), dtype=bool)
+        keep = _cap(queue.commitlog_offset, queue.size, filler, context.commitlog_end)
+        if not keep:
+            continue
+        n = keep
+        columns: dict[str, pa.Array] = {
+            "broker": pa.repeat(pa.scalar(context.broker, pa.string()), n),
+            "topic": pa.repeat(pa.scalar(queue.topic, pa.string()), n),
+            "queue_id": pa.repeat(pa.scalar(queue.queue_id, pa.int32()), n),
+            "queue_offset": pa.array(queue.queue_offset[:keep], pa.int64()),
+            "queue_type": pa.repeat(pa.scalar(CONSUMEQUEUE, pa.string()), n),
+            "commitlog_offset": pa.array(queue.commitlog_offset[:keep], pa.int64()),
+            "size": pa.array(queue.size[:keep], pa.int32()),
+            "tags_code": pa.array(queue.tags_code[:keep], pa.int64()),
+            "kind": _kinds(queue.tags_code[:keep], filler[:keep]),
+            "batch_size": pa.nulls(n, pa.int32()),
+            "store_time": _timestamps(pa.array(queue.store_time_ms[:keep], pa.int64())),
+            "ext_tags_code": pa.nulls(n, pa.int64()),
+            "ext_filter_bitmap": pa.nulls(n, pa.binary()),
+            "source_file": pa.repeat(pa.scalar(task.rel_path, pa.string()), n),
+            "file_position": pa.array(queue.queue_offset[:keep] * CQ_UNIT_SIZE, pa.int64()),
+            "first_snapshot_id": pa.repeat(pa.scalar(context.snapshot_id, pa.string()), n),
+        }
+        rows += n
+        marks.append([queue.topic, queue.queue_id,
+                      int(queue.queue_offset[keep - 1] + 1) * CQ_UNIT_SIZE])
+        yield _assemble(columns, context.output_schema)
+    size = sum(f.stat().st_size for f in Path(task.path).iterdir() if f.is_file())
+    # A key or value off the layout is no byte region: it is named by its ordinal among
+    # the bad entries and its key's length.
+    unreadable = [[number, len(bad.key), f"RocksDB {bad.family} key {bad.key[:64]!r}: "
+                   f"{bad.reason}"] for number, bad in enumerate(scan.bad)]
+    return {"rows": rows, "queue_marks": marks, "units_read": scan.units,
+            "account": {"bytes": size, "decoded": size, "blank": 0, "zero_tail": 0,
+                        "unreadable": unreadable}}
+
+
 @dataclass(frozen=True)
 class _ExtColumns:
     """What the ext units behind ext addresses say, one value per unit (null: none)."""
@@ -522,5 +575,6 @@ DECODERS = {
     DLEDGER: _commitlog_task,
     CONSUMEQUEUE: _queue_task,
     BATCHCONSUMEQUEUE: _queue_task,
+    ROCKSDB_CQ: _rocksdb_queue_task,
     INDEX: _index_task,
 }

@@ -74,6 +74,7 @@ from jobs.load.plan import (
 )
 from rmqlib.config import load_config_dir
 from rmqlib.errors import StoreError
+from rmqlib.queues.consumequeue import CQ_UNIT_SIZE
 from rmqlib.store.inventory import take_inventory
 from rmqlib.store.replica import write_offset
 
@@ -168,11 +169,15 @@ class SnapshotLoad:
         return f"{self.registry.warehouse}/_rmq_task_reports/{self.broker}/{self.seq}/{kind}"
 
     def context(self, table: str, kind: str, commitlog_end: int | None = None,
-                commitlog_tail_file: str | None = None) -> DecodeContext:
+                commitlog_tail_file: str | None = None,
+                marks: list[HighWaterMark] | None = None) -> DecodeContext:
+        queue_marks = tuple((m.topic, m.queue_id, m.loaded_until // CQ_UNIT_SIZE)
+                            for m in marks or [] if m.stream == CONSUMEQUEUE
+                            and m.topic is not None and m.queue_id is not None)
         return DecodeContext(self.broker, self.snapshot_id, self.report_dir(kind),
                              self.registry[table].contract.arrow_schema(),
                              self.options.body_policy, self.options.verify_crc, commitlog_end,
-                             commitlog_tail_file)
+                             commitlog_tail_file, queue_marks)
 
     # ---- steps
 
@@ -374,6 +379,8 @@ class SnapshotLoad:
             if report.get("loaded_end") is not None:
                 key = (report["kind"], report["topic"], report["queue_id"], None)
                 advance(key, report["file_start"] + report["loaded_end"])
+            for topic, queue_id, loaded_end in report.get("queue_marks", []):  # RocksDB
+                advance((CONSUMEQUEUE, topic, queue_id, None), loaded_end)
         for report in self.reports.get(INDEX, []):
             if report.get("next_entry") is not None:
                 advance((INDEX, None, None, Path(report["rel_path"]).name),
@@ -424,7 +431,8 @@ class SnapshotLoad:
                                           commitlog_tail_file=plan.commitlog_tail_file))
             cl_end = self.commitlog_end(plan)
             self.decode_into(T.QUEUE_ENTRIES, "queues", plan.queue_tasks,
-                             self.context(T.QUEUE_ENTRIES, "queues", cl_end))
+                             self.context(T.QUEUE_ENTRIES, "queues", cl_end,
+                                          marks=old_marks))
             self.decode_into(T.INDEX_ENTRIES, INDEX, plan.index_tasks,
                              self.context(T.INDEX_ENTRIES, INDEX))
             if not self.options.replica:

@@ -23,6 +23,7 @@ from jobs.load.decode_tasks import (
     CONSUMEQUEUE,
     DLEDGER,
     INDEX,
+    ROCKSDB_CQ,
     Task,
 )
 from rmqlib.commitlog.records import read_record_at, split_ranges
@@ -32,6 +33,7 @@ from rmqlib.errors import StoreError
 from rmqlib.indexfile import list_index_files
 from rmqlib.queues.batchconsumequeue import BCQ_UNIT_SIZE
 from rmqlib.queues.consumequeue import CQ_UNIT_SIZE, QueueDir, walk_queue_tree
+from rmqlib.rocksdb.database import is_database
 from rmqlib.store.commitlog_source import CommitlogSource, commitlog_source
 from rmqlib.store.growth import growth_of
 from rmqlib.store.inventory import FileKind
@@ -131,6 +133,7 @@ def plan_load(store: str | Path, marks: Iterable[HighWaterMark], *,
             for queue in walk_queue_tree(root).queues:
                 mark = by_key.get((stream, queue.topic, queue.queue_id, None))
                 _plan_queue(plan, stream, queue, mark, queue_split_bytes)
+    _plan_rocksdb_queues(plan)
     _plan_index(plan, by_key)
     return plan
 
@@ -259,6 +262,18 @@ def _plan_queue(plan: LoadPlan, stream: str, queue: QueueDir, mark: HighWaterMar
             plan.queue_tasks.append(Task(f"{rel}@{lo}", stream, str(seg.path), rel, lo,
                                          min(lo + step, seg.size), queue.topic,
                                          queue.queue_id))
+
+
+def _plan_rocksdb_queues(plan: LoadPlan) -> None:
+    """One task for a RocksDB consume queue (storeType=defaultRocksDB): the database is
+    read whole each night (it holds what retention keeps) and every queue loads from its
+    own mark (``DecodeContext.queue_marks``)."""
+    database = plan.store / CONSUMEQUEUE
+    if not is_database(database):
+        return
+    size = sum(f.stat().st_size for f in database.iterdir() if f.is_file())
+    plan.queue_tasks.append(Task(f"{CONSUMEQUEUE}@rocksdb", ROCKSDB_CQ, str(database),
+                                 CONSUMEQUEUE, 0, size))
 
 
 # --------------------------------------------------------------------------- index

@@ -35,6 +35,8 @@ TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TIMER_TOPIC = "rmq_sys_wheel_timer"
 
 DLEDGER_PREFIX, DLEDGER_DATA, DLEDGER_INDEX = DL.DIR_PREFIX, DL.DATA_DIR, DL.INDEX_DIR
+# The per-table RocksDB config databases rmqlib.rocksdb.config_store reads.
+ROCKSDB_CONFIG_TABLES = frozenset(("topics", "subscriptionGroups", "consumerOffsets"))
 # The properties files, and the .bak DLedger's IOUtils.string2File keeps of each.
 DLEDGER_STATE_FILES = frozenset(name + suffix for name in (DL.CHECKPOINT_FILE, DL.TERM_FILE)
                                 for suffix in ("", ".bak", ".tmp"))
@@ -60,6 +62,10 @@ class FileKind(StrEnum):
     DLEDGER_DATA = "dledger_data"
     DLEDGER_INDEX = "dledger_index"
     DLEDGER_STATE = "dledger_state"
+    # RocksDB databases of storeType=defaultRocksDB (rmqlib.rocksdb): the consume queue in
+    # consumequeue/, and topics, groups and offsets in config/<table>/ (configManagerVersion=v1).
+    ROCKSDB_CQ = "rocksdb_cq"
+    ROCKSDB_CONFIG = "rocksdb_config"
     # Present, not decoded by rmqlib:
     ROCKSDB = "rocksdb"
     COMPACTION = "compaction"
@@ -78,8 +84,9 @@ NOT_DECODED: dict[FileKind, str] = {
 ROCKSDB_REASONS: dict[str, str] = {
     "consumequeue": "RocksDB consume queue (5.x storeType=defaultRocksDB): present, not "
     "decoded; queue positions held only in RocksDB are not read",
-    "config": "RocksDB metadata (5.x storeType=defaultRocksDB / configManagerVersion=v2): "
-    "present, not decoded; topics, groups or offsets held only there are not read",
+    "config": "RocksDB metadata (5.x configManagerVersion=v2 or "
+    "useSingleRocksDBForAllConfigs): present, not decoded; topics, groups or offsets held "
+    "only there are not read",
     "kvStore": "RocksDB pop-consumer state (5.x kvStore): present, not decoded",
     "rocksdbstore": "RocksDB state store (5.5.x rocksdbstore/): present, not decoded",
 }
@@ -207,7 +214,8 @@ def _classify_queue_file(parts: tuple[str, ...]) -> tuple[FileKind, str | None, 
         "batchconsumequeue": FileKind.BATCH_CONSUME_QUEUE,
     }[parts[0]]
     if len(parts) == 2 and ROCKSDB_NAME.match(parts[1]):
-        return FileKind.ROCKSDB, None, None
+        return (FileKind.ROCKSDB_CQ if parts[0] == "consumequeue" else FileKind.ROCKSDB), None, \
+            None
     if len(parts) == 4 and QUEUE_ID_NAME.match(parts[2]) and SEGMENT_NAME.match(parts[3]):
         return kind, parts[1], int(parts[2])
     if parts[0] == "consumequeue" and len(parts) >= 2 and ROCKSDB_NAME.match(parts[-1]):
@@ -217,7 +225,7 @@ def _classify_queue_file(parts: tuple[str, ...]) -> tuple[FileKind, str | None, 
 
 def _classify_config_file(parts: tuple[str, ...]) -> FileKind:
     if len(parts) > 2:  # config/topics/, config/rdb/ ...: RocksDB metadata (5.x)
-        return FileKind.ROCKSDB
+        return FileKind.ROCKSDB_CONFIG if parts[1] in ROCKSDB_CONFIG_TABLES else FileKind.ROCKSDB
     name = parts[1]
     if name == "timercheck":
         return FileKind.TIMERCHECK
@@ -270,7 +278,7 @@ def detect_features(inventory: Inventory) -> set[str]:
         "batch_consume_queue": FileKind.BATCH_CONSUME_QUEUE in kinds,
         "consume_queue_ext": FileKind.CONSUME_QUEUE_EXT in kinds,
         "compaction": FileKind.COMPACTION in kinds,
-        "rocksdb": FileKind.ROCKSDB in kinds,
+        "rocksdb": bool({FileKind.ROCKSDB, FileKind.ROCKSDB_CQ, FileKind.ROCKSDB_CONFIG} & kinds),
         "abnormal_shutdown": any(f.path == Path("abort") for f in inventory.files),
     }
     return {name for name, present in checks.items() if present}
@@ -288,7 +296,8 @@ def detect_generation(inventory: Inventory) -> tuple[str, list[str]]:
     if abort is not None and abort.kind == "pid":
         five.append("abort holds a PID (5.x writes its PID; 4.x leaves it empty)")
     if {FileKind.TIMER_LOG, FileKind.BATCH_CONSUME_QUEUE, FileKind.COMPACTION,
-            FileKind.ROCKSDB} & {f.kind for f in inventory.files}:
+            FileKind.ROCKSDB, FileKind.ROCKSDB_CQ, FileKind.ROCKSDB_CONFIG} & {
+                f.kind for f in inventory.files}:
         five.append("5.x-only directories present (timerlog/batchconsumequeue/compaction/RocksDB)")
     five.extend(_config_evidence(root))
     four = _four_evidence(root, abort)
