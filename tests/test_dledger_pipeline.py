@@ -15,17 +15,21 @@ import json
 import shutil
 import struct
 from collections import Counter
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from pipeline_nights import (
+    assert_progress_equals,
+    jsonl,
+    manifest_files,
+    offsets_and_lag,
+    run_night,
+    write_config,
+)
+from pipeline_nights import rows as nights_rows
 
-from jobs import pipeline
 from jobs.lakehouse import tables as T
-from jobs.lakehouse.driver_rows import read_rows
-from jobs.pipeline_config import load_config
 from rmqlib.commitlog.records import read_record_at
 from rmqlib.common.segments import list_segments
 from rmqlib.dledger import layout as L
@@ -37,40 +41,8 @@ BROKER = "dl-a"
 NIGHTS = {"s1": "2026-11-23T0200Z", "s2": "2026-11-24T0200Z"}
 
 
-def jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def write_config(work: Path, store: Path) -> Path:
-    alerts = yaml.safe_load(Path("config/alerts.yaml").read_text())
-    alerts["checks"] = {"severities": ["error", "warning"]}
-    (work / "alerts.yaml").write_text(yaml.safe_dump(alerts))
-    config = {
-        "snapshot_root": str(work / "snapshots"), "warehouse": str(work / "warehouse"),
-        "deliver_alerts": False, "alerts_config": str(work / "alerts.yaml"),
-        "check_engine": "local", "load_engine": "local",
-        "brokers": [{"name": BROKER, "store": str(store)}],
-    }
-    path = work / "pipeline.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-def run_night(config_path: Path, snapshot_id: str, store: Path) -> dict[str, Any]:
-    config = load_config(config_path)
-    broker = replace(config.brokers[0], store=str(store))
-    taken = pipeline.snapshot_broker(config, broker, snapshot_id)
-    loaded = pipeline.load_broker(_no_spark, config, taken)
-    checked = pipeline.check_broker(_no_spark, config, loaded, config.alerts_config)
-    return {"taken": taken, "loaded": loaded, "checked": checked}
-
-
-def _no_spark():  # type: ignore[no-untyped-def]
-    raise AssertionError("a small broker's night must not start Spark")
-
-
 def rows(warehouse: Path, table: str, **equal: object) -> list[dict[str, Any]]:
-    return read_rows(T.table_location(warehouse, table), broker=BROKER, **equal)
+    return nights_rows(warehouse, table, broker=BROKER, **equal)
 
 
 def sources(dledger_store: Path) -> dict[str, Path]:
@@ -80,7 +52,7 @@ def sources(dledger_store: Path) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def nights(dledger_store: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     work = tmp_path_factory.mktemp("dledger")
-    config = write_config(work, dledger_store / "store")
+    config = write_config(work, BROKER, dledger_store / "store")
     stores = sources(dledger_store)
     results = {name: run_night(config, snapshot_id, stores[name])
                for name, snapshot_id in NIGHTS.items()}
@@ -139,7 +111,8 @@ def test_the_second_night_reads_only_what_is_new(nights, dledger_store: Path) ->
     assert min(r["physical_offset"] for r in new) >= night1_end
     # The copier: data files full at night 1 are linked, the one being written grows from
     # the start of the last entry night 1's copy held (re-read: it may have been torn).
-    first, second = (manifest_files(nights, snapshot_id) for snapshot_id in NIGHTS.values())
+    first, second = (manifest_files(nights["work"], BROKER, snapshot_id)
+                     for snapshot_id in NIGHTS.values())
     night1_store = Path(nights["results"]["s1"]["taken"]["store"])
     for path, entry in second.items():
         if not path.startswith("dledger-n0/data/"):
@@ -152,11 +125,6 @@ def test_the_second_night_reads_only_what_is_new(nights, dledger_store: Path) ->
         assert before["resume_at"] == held[-1].pos - int(path.rsplit("/", 1)[1])
         assert (entry["how"], entry["from_broker"]) == (
             "grown", entry["size"] - before["resume_at"]), path
-
-
-def manifest_files(nights: dict[str, Any], snapshot_id: str) -> dict[str, dict[str, Any]]:
-    manifest = Path(nights["work"]) / "snapshots" / BROKER / snapshot_id / "manifest.json"
-    return {f["path"]: f for f in json.loads(manifest.read_text())["files"]}
 
 
 def test_snapshot_rows_hold_the_dledger_log_bounds(nights, dledger_store: Path) -> None:
@@ -179,18 +147,7 @@ def test_queue_positions_equal_the_admin_topic_stats(nights, dledger_store: Path
 
 def test_consumer_offsets_and_lag_equal_consumer_progress(nights, dledger_store: Path) -> None:
     truth = jsonl(dledger_store / "truth" / "consumer_groups.jsonl")
-    snapshot = NIGHTS["s2"]
-    offsets = {(r["group_name"], r["topic"], r["queue_id"]): r["consumer_offset"]
-               for r in rows(nights["warehouse"], T.CONSUMER_OFFSETS, snapshot_id=snapshot)}
-    lag = {(r["group_name"], r["topic"], r["queue_id"]): r
-           for r in rows(nights["warehouse"], T.CONSUMER_LAG, snapshot_id=snapshot)}
-    for want in truth:
-        key = (want["group"], want["topic"], want["queueId"])
-        assert offsets[key] == want["consumerOffset"], key
-        got = lag[key]
-        assert (got["max_offset"], got["consumer_offset"], got["broker_diff"],
-                got["lag_messages"]) == (want["brokerOffset"], want["consumerOffset"],
-                                         want["diff"], want["diff"]), key
+    assert_progress_equals(truth, *offsets_and_lag(nights["warehouse"], BROKER, NIGHTS["s2"]))
 
 
 def test_both_nights_check_clean_and_a_rerun_changes_nothing(nights, dledger_store: Path
@@ -231,7 +188,7 @@ def test_each_damaged_dledger_structure_gives_exactly_its_finding(
     struct.pack_into(">q", raw, index_victim.index * L.INDEX_UNIT_SIZE + 4, 12345)
     index_file.write_bytes(bytes(raw))
 
-    config = write_config(tmp_path, store)
+    config = write_config(tmp_path, BROKER, store)
     night = run_night(config, NIGHTS["s2"], store)
     warehouse = tmp_path / "warehouse"
     findings = {r["check_name"]: r for r in rows(warehouse, T.CHECK_RESULTS)

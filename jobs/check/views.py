@@ -45,6 +45,8 @@ class SnapshotScope:
     abort_present: bool
     checkpoint_physic_msg_time: datetime | None
     visible_snapshot_ids: tuple[str, ...]  # this snapshot and the broker's earlier ones
+    # The consume queue is a RocksDB database (storeType=defaultRocksDB): see rc_bounds.
+    rocksdb_queues: bool = False
 
     @property
     def commitlog_bytes(self) -> int:
@@ -77,10 +79,39 @@ def snapshot_scope(registry: Registry, broker: str, snapshot_id: str) -> Snapsho
     return SnapshotScope(
         broker, snapshot_id, mine["snapshot_seq"], mine["taken_at"],
         mine["commitlog_min_offset"] or 0, mine["commitlog_max_offset"] or 0,
-        bool(mine["abort_present"]), mine["checkpoint_physic_msg_time"], visible)
+        bool(mine["abort_present"]), mine["checkpoint_physic_msg_time"], visible,
+        ROCKSDB_QUEUES in (mine["features"] or ()))
 
 
 # --------------------------------------------------------------------------- views
+
+
+ROCKSDB_QUEUES = "rocksdb_consume_queue"  # the snapshot's feature (rmqlib inventory)
+
+
+def _bounds_sql(scope: SnapshotScope, cl_min: int) -> str:
+    """Each queue's min and max offset as the broker has them.
+
+    A RocksDB consume queue is written without the write-ahead log, so the copy of a
+    running broker lacks the units since the last flush, which the broker holds (and
+    reports) in memory: there the bounds also count the queue's records in the commitlog
+    (every one of them is still there, so each is a live offset).
+    """
+    units = f"""
+        SELECT topic, queue_id, queue_type, queue_offset + coalesce(batch_size, 1) AS next,
+               CASE WHEN kind <> 'filler' AND commitlog_offset >= {cl_min}
+                    THEN queue_offset END AS live
+        FROM rc_qe"""
+    if scope.rocksdb_queues:
+        units += """
+        UNION ALL
+        SELECT topic, queue_id, 'consumequeue' AS queue_type, queue_offset + 1 AS next,
+               queue_offset AS live
+        FROM rc_msg WHERE transaction_type IN ('NOT', 'COMMIT')"""
+    return f"""
+        SELECT topic, queue_id, first(queue_type) AS queue_type, max(next) AS max_offset,
+               coalesce(min(live), max(next)) AS min_offset
+        FROM ({units}) q GROUP BY topic, queue_id"""
 
 
 # The tables the views read, each as ``rc_all_<table>``.
@@ -110,13 +141,7 @@ def create_views(engine: CheckEngine, scope: SnapshotScope) -> None:
             WHERE kind <> 'filler' AND commitlog_offset >= {cl_min}""",
         # max: next offset to be written (fillers count); min: first unit whose record is
         # still in the commitlog (the broker's correctMinOffset), = max when none is.
-        "rc_bounds": f"""
-            SELECT topic, queue_id, first(queue_type) AS queue_type,
-                   max(queue_offset + coalesce(batch_size, 1)) AS max_offset,
-                   coalesce(min(CASE WHEN kind <> 'filler' AND commitlog_offset >= {cl_min}
-                                     THEN queue_offset END),
-                            max(queue_offset + coalesce(batch_size, 1))) AS min_offset
-            FROM rc_qe GROUP BY topic, queue_id""",
+        "rc_bounds": _bounds_sql(scope, cl_min),
         "rc_idx": f"""
             SELECT * FROM rc_all_index_entries
             WHERE broker = {b} AND first_snapshot_id IN ({visible})""",

@@ -279,6 +279,8 @@ def detect_features(inventory: Inventory) -> set[str]:
         "consume_queue_ext": FileKind.CONSUME_QUEUE_EXT in kinds,
         "compaction": FileKind.COMPACTION in kinds,
         "rocksdb": bool({FileKind.ROCKSDB, FileKind.ROCKSDB_CQ, FileKind.ROCKSDB_CONFIG} & kinds),
+        "rocksdb_consume_queue": FileKind.ROCKSDB_CQ in kinds,
+        "dledger": FileKind.DLEDGER_DATA in kinds,
         "abnormal_shutdown": any(f.path == Path("abort") for f in inventory.files),
     }
     return {name for name, present in checks.items() if present}

@@ -1,0 +1,83 @@
+"""Nights of one broker through the DAG's steps in this process (snapshot, load, check; no
+Spark), for the tests of a deployment mode's real-broker store (tests/test_*_pipeline.py)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from jobs import pipeline
+from jobs.lakehouse import tables as T
+from jobs.lakehouse.driver_rows import read_rows
+from jobs.pipeline_config import load_config
+
+
+def jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def write_config(work: Path, broker: str, store: Path) -> Path:
+    """A pipeline config of one broker on the in-process engines; every error and warning
+    finding is recorded."""
+    alerts = yaml.safe_load(Path("config/alerts.yaml").read_text())
+    alerts["checks"] = {"severities": ["error", "warning"]}
+    (work / "alerts.yaml").write_text(yaml.safe_dump(alerts))
+    config = {
+        "snapshot_root": str(work / "snapshots"), "warehouse": str(work / "warehouse"),
+        "deliver_alerts": False, "alerts_config": str(work / "alerts.yaml"),
+        "check_engine": "local", "load_engine": "local",
+        "brokers": [{"name": broker, "store": str(store)}],
+    }
+    path = work / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def run_night(config_path: Path, snapshot_id: str, store: Path) -> dict[str, Any]:
+    """The DAG's snapshot, load and check of the config's broker, from ``store``."""
+    config = load_config(config_path)
+    broker = replace(config.brokers[0], store=str(store))
+    taken = pipeline.snapshot_broker(config, broker, snapshot_id)
+    loaded = pipeline.load_broker(_no_spark, config, taken)
+    checked = pipeline.check_broker(_no_spark, config, loaded, config.alerts_config)
+    return {"taken": taken, "loaded": loaded, "checked": checked}
+
+
+def _no_spark():  # type: ignore[no-untyped-def]
+    raise AssertionError("a small broker's night must not start Spark")
+
+
+def rows(warehouse: Path, table: str, **equal: object) -> list[dict[str, Any]]:
+    return read_rows(T.table_location(warehouse, table), **equal)
+
+
+def manifest_files(work: Path, broker: str, snapshot_id: str) -> dict[str, dict[str, Any]]:
+    manifest = work / "snapshots" / broker / snapshot_id / "manifest.json"
+    return {f["path"]: f for f in json.loads(manifest.read_text())["files"]}
+
+
+def offsets_and_lag(warehouse: Path, broker: str, snapshot_id: str
+                    ) -> tuple[dict[tuple, int], dict[tuple, dict[str, Any]]]:
+    """(consumer offsets, consumer_lag rows) by (group, topic, queue id) of one night."""
+    offsets = {(r["group_name"], r["topic"], r["queue_id"]): r["consumer_offset"]
+               for r in rows(warehouse, T.CONSUMER_OFFSETS, broker=broker,
+                             snapshot_id=snapshot_id)}
+    lag = {(r["group_name"], r["topic"], r["queue_id"]): r
+           for r in rows(warehouse, T.CONSUMER_LAG, broker=broker, snapshot_id=snapshot_id)}
+    return offsets, lag
+
+
+def assert_progress_equals(truth: list[dict[str, Any]], offsets: dict, lag: dict) -> None:
+    """Each (group, topic, queue) of ``consumerProgress``: its consumer offset, and the
+    lag row's broker offset, consumer offset and diff."""
+    for want in truth:
+        key = (want["group"], want["topic"], want["queueId"])
+        assert offsets[key] == want["consumerOffset"], key
+        got = lag[key]
+        assert (got["max_offset"], got["consumer_offset"], got["broker_diff"],
+                got["lag_messages"]) == (want["brokerOffset"], want["consumerOffset"],
+                                         want["diff"], want["diff"]), key
