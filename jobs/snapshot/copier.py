@@ -46,6 +46,9 @@ from jobs.snapshot.manifest import (
     snapshot_store,
 )
 from jobs.snapshot.sources import FileReader, SourceFile, StoreSource
+from rmqlib.errors import StoreError
+from rmqlib.rocksdb.database import CURRENT as ROCKSDB_CURRENT
+from rmqlib.rocksdb.database import INCONSISTENT_COPY, open_readonly
 from rmqlib.store.growth import CopyPhase, Growth, data_end, growth_of
 from rmqlib.store.inventory import FileKind, classify
 
@@ -129,14 +132,66 @@ class _Copier:
         for file in files:
             phases.setdefault(growth_of(self.kinds[file.relative]).phase, []).append(file)
         for phase in sorted(phases):
-            batch = phases[phase]
+            batch = sorted(phases[phase], key=_copy_order)
             self.progress(f"{self.broker}: copying {CopyPhase(phase).name.lower()}: "
                           f"{len(batch)} files ({_phase_name(batch)})")
             for file in batch:
                 self._copy(file, file.relative in finished)
+        for database in rocksdb_databases(files):
+            self._settle_rocksdb(database, [f for f in files
+                                            if PurePosixPath(f.relative).parent == database])
         self.manifest.seconds = time.monotonic() - started
         self.manifest.finished_at = datetime.now(UTC).isoformat()
         return self.manifest
+
+    # ----------------------------------------------------------------- RocksDB
+
+    def _settle_rocksdb(self, database: PurePosixPath, copied: list[SourceFile]) -> None:
+        """Make the copy of a RocksDB database consistent, or say it is not.
+
+        A running broker's database changes while it is copied: a flush writes a new table
+        and MANIFEST edit and drops a WAL, a compaction replaces tables. Files never change
+        once written (a MANIFEST or WAL only grows), and the copy takes tables first, then
+        MANIFEST and CURRENT, then the WALs (``_copy_order``), each up to its listed size.
+        So the copy is a state the database passed through unless a listed file vanished
+        before it was copied (a WAL dropped by a flush would leave a hole in the keys), or
+        CURRENT names a MANIFEST the copy lacks: then it does not open. Files that appear
+        after the listing only hold newer states. A copy that lost a file or does not open
+        (:func:`rmqlib.rocksdb.database.open_readonly`, on a clone) is taken again from a
+        fresh listing, up to ``ROCKSDB_ATTEMPTS`` times."""
+        for attempt in range(1, ROCKSDB_ATTEMPTS + 1):
+            lost = [f.relative for f in copied if not (self.target / f.relative).exists()]
+            problem = f"{len(lost)} file(s) deleted while it was copied" if lost else None
+            if problem is None:
+                try:
+                    with open_readonly(self.target / database):
+                        pass
+                except StoreError as error:
+                    problem = error.reason
+            if problem is None:
+                if attempt > 1:
+                    self.manifest.notes.append(f"{database}: RocksDB database copied "
+                                               f"consistently at attempt {attempt}")
+                return
+            if attempt == ROCKSDB_ATTEMPTS:
+                reason = (f"not copied consistently in {ROCKSDB_ATTEMPTS} attempts "
+                          f"({problem})")
+                (self.target / database / INCONSISTENT_COPY).write_text(reason + "\n")
+                self.manifest.notes.append(f"{database}: RocksDB database {reason}; the copy "
+                                           f"is marked {INCONSISTENT_COPY}: readers refuse it")
+                return
+            copied = [f for f in self.source.list_files()
+                      if PurePosixPath(f.relative).parent == database]
+            self._recopy(database, copied)
+
+    def _recopy(self, database: PurePosixPath, files: list[SourceFile]) -> None:
+        prefix = f"{database}/"
+        self.manifest.files = [f for f in self.manifest.files if not f.path.startswith(prefix)]
+        shutil.rmtree(self.target / database, ignore_errors=True)
+        for file in sorted(files, key=_copy_order):
+            self.kinds.setdefault(file.relative,
+                                  classify(PurePosixPath(file.relative), file.size).kind)
+            self._copy(file, False)
 
     # ----------------------------------------------------------------- broker state
 
@@ -188,7 +243,7 @@ class _Copier:
         growth = growth_of(kind)
         before = self.previous.get(file.relative)
         entry: FileEntry | None
-        if before and before.finished and finished and before.size == file.size:
+        if before and _unchanged_since(before, file, kind, finished):
             entry = self._link(file, kind, before)
         elif before and growth.append_only and growth.zero_run and before.size == file.size:
             entry = self._write(file, kind, growth, finished, before.resume_at,
@@ -286,6 +341,40 @@ def _resume_at(copy: Path, growth: Growth, walked_to: int, end: int) -> int:
                                                    access=mmap.ACCESS_READ) as data:
             return growth.last_frame_start(data, walked_to, end)
     return max(0, end - growth.reread) // growth.unit * growth.unit
+
+
+ROCKSDB_ATTEMPTS = 5
+ROCKSDB_KINDS = frozenset((FileKind.ROCKSDB, FileKind.ROCKSDB_CQ, FileKind.ROCKSDB_CONFIG))
+
+
+def rocksdb_databases(files: Iterable[SourceFile]) -> list[PurePosixPath]:
+    """The directories of the listing that are RocksDB databases (they hold CURRENT)."""
+    return sorted({PurePosixPath(f.relative).parent for f in files
+                   if PurePosixPath(f.relative).name == ROCKSDB_CURRENT})
+
+
+def _unchanged_since(before: FileEntry, file: SourceFile, kind: FileKind,
+                     finished: bool) -> bool:
+    """The previous snapshot's copy is this file's: a finished queue file then and now
+    with the same size, or a RocksDB table file (written once, never changed, deleted
+    when compacted away) with the same name, size and mtime."""
+    if before.finished and finished and before.size == file.size:
+        return True
+    return (kind in ROCKSDB_KINDS and file.relative.endswith((".sst", ".blob"))
+            and (before.size, before.mtime_ns) == (file.size, file.mtime_ns))
+
+
+def _copy_order(file: SourceFile) -> tuple[int, str]:
+    """Files in listing order, except inside a RocksDB database: immutable tables first,
+    then the MANIFEST and OPTIONS naming them, then CURRENT naming the MANIFEST, then the
+    write-ahead logs holding what no table holds yet (RocksDB's own checkpoint order)."""
+    path = PurePosixPath(file.relative)
+    name = path.name
+    rank = (0 if name.endswith((".sst", ".blob")) else
+            1 if name.startswith(("MANIFEST-", "OPTIONS-")) else
+            2 if name == ROCKSDB_CURRENT else
+            3 if name.endswith(".log") and name[:-4].isdigit() else 0)
+    return (0, file.relative) if rank == 0 else (rank, file.relative)
 
 
 def _phase_name(files: Iterable[SourceFile]) -> str:

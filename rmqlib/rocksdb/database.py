@@ -28,6 +28,10 @@ from rmqlib.errors import CorruptDataError, NotAStoreFileError
 
 # What makes a directory a RocksDB database: the file naming the live MANIFEST.
 CURRENT = "CURRENT"
+# Left in a snapshot's copy of a database by the snapshot copier when it could not copy it
+# consistently (the database kept changing under it); holds the reason. Opening such a copy
+# raises instead of reading a state the database never was in.
+INCONSISTENT_COPY = "RMQ_INCONSISTENT_COPY"
 
 
 def is_database(path: str | Path) -> bool:
@@ -72,6 +76,10 @@ def open_readonly(path: str | Path) -> Iterator[Database]:
     source = Path(path)
     if not is_database(source):
         raise NotAStoreFileError("not a RocksDB database (no CURRENT file)", path=source)
+    if (source / INCONSISTENT_COPY).is_file():
+        reason = (source / INCONSISTENT_COPY).read_text(encoding="utf-8").strip()
+        raise CorruptDataError(f"this copy of the database is not consistent: {reason}",
+                               path=source)
     with tempfile.TemporaryDirectory(prefix="rmq-rocksdb-") as scratch:
         clone = Path(scratch) / "db"
         _clone(source, clone)
@@ -95,7 +103,8 @@ def _clone(source: Path, clone: Path) -> None:
     """Hard links to every file of ``source`` (copies across filesystems) in ``clone``."""
     clone.mkdir()
     for entry in sorted(source.iterdir()):
-        if not entry.is_file() or entry.name == "LOCK" or entry.name.startswith("LOG"):
+        if not entry.is_file() or entry.name in ("LOCK", INCONSISTENT_COPY) \
+                or entry.name.startswith("LOG"):
             continue  # the broker's lock and info logs: not part of the data, and an open
             #           renames LOG aside
         target = clone / entry.name
