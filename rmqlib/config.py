@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from rmqlib.errors import ConfigError, StoreError, UnsupportedFormatError
+from rmqlib.rocksdb.config_store import TABLES as ROCKSDB_TABLES
 from rmqlib.rocksdb.config_store import read_config_document, rocksdb_table
 
 T = TypeVar("T")
@@ -772,8 +773,10 @@ _KNOWN: tuple[tuple[str, str, Callable[..., Any]], ...] = (
 def load_config_dir(config_dir: str | Path) -> ConfigDir:
     """Load every known config file present; failures are collected, not raised.
 
-    RocksDB metadata directories (``storeType=defaultRocksDB``, ``configManagerVersion=v2``)
-    are listed in ``unsupported``: their content may supersede the JSON files.
+    The RocksDB tables of ``storeType=defaultRocksDB`` (``config/topics/`` ...) stand in
+    for their missing JSON files (:mod:`rmqlib.rocksdb.config_store`); the metadata of
+    ``configManagerVersion=v2`` and of a single RocksDB for all configs are listed in
+    ``unsupported``: their content may supersede the JSON files.
     """
     config_dir = Path(config_dir)
     result = ConfigDir()
@@ -786,4 +789,10 @@ def load_config_dir(config_dir: str | Path) -> ConfigDir:
         if (config_dir / name).is_dir():
             result.unsupported.append(UnsupportedFormatError(
                 "RocksDB config store is not decoded", path=config_dir / name))
+    for table in ROCKSDB_TABLES:
+        path = config_dir / table.directory
+        if path.is_dir() and rocksdb_table(config_dir, table.json_file) is None:
+            result.unsupported.append(UnsupportedFormatError(
+                "a RocksDB config directory holding no database (no CURRENT file): not read",
+                path=path))
     return result

@@ -193,26 +193,32 @@ def test_consumer_offset_config_falls_back_to_bak(store_copy: Path) -> None:
     assert row["data"]["offsetTable"]
 
 
-def test_rocksdb_consume_queue_and_metadata_are_present_not_decoded(store_copy: Path) -> None:
-    """5.x storeType=defaultRocksDB keeps CQ and metadata in RocksDB: say so, loudly."""
+def test_rocksdb_metadata_v2_is_present_not_decoded_and_a_double_write_is_named(
+        store_copy: Path) -> None:
+    """5.x keeps configManagerVersion=v2 metadata in RocksDB (config/rdb/, not decoded):
+    say so, loudly. A RocksDB consume queue beside the file queues (double write) is
+    named, and the file queues stay the ones checked."""
     for relative in ("consumequeue/CURRENT", "consumequeue/MANIFEST-000005",
                      "consumequeue/000004.sst", "config/rdb/CURRENT", "config/rdb/000009.log"):
         (store_copy / relative).parent.mkdir(parents=True, exist_ok=True)
         (store_copy / relative).write_bytes(b"\x00rocksdb")
     inventory = take_inventory(store_copy)
-    rocks = {f.path.as_posix(): f.not_decoded_reason for f in inventory.files
-             if f.kind is FileKind.ROCKSDB}
-    assert set(rocks) == {"consumequeue/CURRENT", "consumequeue/MANIFEST-000005",
-                          "consumequeue/000004.sst", "config/rdb/CURRENT",
-                          "config/rdb/000009.log"}
-    assert "consume queue" in rocks["consumequeue/CURRENT"]
-    assert "metadata" in rocks["config/rdb/CURRENT"]
+    kinds = {f.path.as_posix(): f.kind for f in inventory.files
+             if f.kind in (FileKind.ROCKSDB, FileKind.ROCKSDB_CQ)}
+    assert kinds == {"consumequeue/CURRENT": FileKind.ROCKSDB_CQ,
+                     "consumequeue/MANIFEST-000005": FileKind.ROCKSDB_CQ,
+                     "consumequeue/000004.sst": FileKind.ROCKSDB_CQ,
+                     "config/rdb/CURRENT": FileKind.ROCKSDB,
+                     "config/rdb/000009.log": FileKind.ROCKSDB}
+    reasons = {f.path.as_posix(): f.not_decoded_reason for f in inventory.files}
+    assert "metadata" in reasons["config/rdb/CURRENT"]
     result = rmq("inspect", str(store_copy))
     assert result.returncode == 0
-    assert "present, not decoded: consumequeue" in result.stdout
     assert "present, not decoded: config" in result.stdout
-    warnings = [f.message for f in verify_store(store_copy).warnings]
-    assert any("RocksDB consume queue" in message for message in warnings)
+    report = verify_store(store_copy)
+    assert report.errors == []
+    assert any("rocksdbCQDoubleWriteEnable" in f.message for f in report.warnings)
+    assert report.counts["cq_units"] > 0  # the file queues, checked as always
 
 
 def test_changed_queue_offset_breaks_contiguity_and_the_unit(store_copy: Path) -> None:

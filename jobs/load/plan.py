@@ -127,13 +127,16 @@ def plan_load(store: str | Path, marks: Iterable[HighWaterMark], *,
     by_key = {mark.key: mark for mark in marks}
     plan = LoadPlan(store)
     _plan_commitlog(plan, by_key.get((COMMITLOG, None, None, None)), split_bytes)
+    file_queues = 0
     for stream in (CONSUMEQUEUE, BATCHCONSUMEQUEUE):
         root = store / stream
         if root.is_dir():
             for queue in walk_queue_tree(root).queues:
                 mark = by_key.get((stream, queue.topic, queue.queue_id, None))
                 _plan_queue(plan, stream, queue, mark, queue_split_bytes)
-    _plan_rocksdb_queues(plan)
+                file_queues += 1
+    if not file_queues:  # with rocksdbCQDoubleWriteEnable the files are the queues loaded
+        _plan_rocksdb_queues(plan)
     _plan_index(plan, by_key)
     return plan
 

@@ -28,7 +28,7 @@ units up to the last flush, not the newest ones.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -75,6 +75,8 @@ def parse_unit_key(key: bytes) -> tuple[str, int, int]:
 
 def parse_bound_key(key: bytes) -> tuple[str, bytes, int]:
     """(topic, b"max" | b"min", queue id) of an ``offset`` family key."""
+    if len(key) < 14:
+        raise CorruptDataError(f"offset key of {len(key)} bytes is shorter than any")
     (length,) = struct.unpack_from(">i", key)
     if length < 0 or len(key) != 4 + 1 + length + 1 + 3 + 1 + 4 or key[4] != CTRL_1 \
             or key[5 + length] != CTRL_1 or key[9 + length] != CTRL_1:
@@ -134,10 +136,17 @@ def read_queues(path: str | Path, after: dict[tuple[str, int], int] | None = Non
 
 
 def scan_database(db: Database, after: dict[tuple[str, int], int]) -> RocksQueueScan:
+    return decode_entries(db.items(OFFSET_FAMILY), _unit_entries(db, after))
+
+
+def decode_entries(bounds: Iterable[tuple[bytes, bytes]],
+                   units: Iterable[tuple[bytes, bytes]]) -> RocksQueueScan:
+    """The queues of the ``offset`` and ``default`` families' (key, value) pairs (in key
+    order); every pair off the layout is a :class:`BadEntry`, never an exception."""
     scan = RocksQueueScan()
-    _read_bounds(db, scan)
+    _read_bounds(bounds, scan)
     rows: dict[tuple[str, int], list[tuple[int, bytes]]] = {}
-    for key, value in _unit_entries(db, after):
+    for key, value in units:
         try:
             topic, queue_id, queue_offset = parse_unit_key(key)
         except CorruptDataError as error:
@@ -148,8 +157,8 @@ def scan_database(db: Database, after: dict[tuple[str, int], int]) -> RocksQueue
                                      f"unit value of {len(value)} bytes, not {UNIT_VALUE_SIZE}"))
             continue
         rows.setdefault((topic, queue_id), []).append((queue_offset, value))
-    for (topic, queue_id), units in sorted(rows.items()):
-        scan.queues.append(_queue_units(topic, queue_id, units))
+    for (topic, queue_id), queue in sorted(rows.items()):
+        scan.queues.append(_queue_units(topic, queue_id, queue))
     return scan
 
 
@@ -182,11 +191,11 @@ def _queue_units(topic: str, queue_id: int, units: list[tuple[int, bytes]]) -> Q
                       values["store_time"].astype(np.int64))
 
 
-def _read_bounds(db: Database, scan: RocksQueueScan) -> None:
-    for key, value in db.items(OFFSET_FAMILY):
+def _read_bounds(bounds: Iterable[tuple[bytes, bytes]], scan: RocksQueueScan) -> None:
+    for key, value in bounds:
         try:
             topic, kind, queue_id = parse_bound_key(key)
-        except (CorruptDataError, struct.error) as error:
+        except CorruptDataError as error:
             scan.bad.append(BadEntry(OFFSET_FAMILY, key, str(error)))
             continue
         if topic == CHECKPOINT_TOPIC and len(value) == 8:

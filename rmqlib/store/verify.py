@@ -463,6 +463,11 @@ ROCKSDB_LAG = ("(not in RocksDB's files yet: the broker writes RocksDB queue uni
                "the write-ahead log, so a copy taken while it runs holds them up to the last "
                "memtable flush; it rebuilds the rest from the commitlog on restart)")
 
+# consumequeue/ holding file queues and a RocksDB database both.
+DOUBLE_WRITE = ("consume queues both as files and in a RocksDB database "
+                "(rocksdbCQDoubleWriteEnable): the files are checked and loaded, the RocksDB "
+                "copy is not")
+
 # Findings listed one by one before the rest is counted in one line.
 MAX_LISTED = 20
 
@@ -560,11 +565,13 @@ def _check_consume_queues(report: VerifyReport, facts: RecordFacts) -> QueueChec
     if not cq_root.is_dir():
         report.add(WARNING, "consumequeue", cq_root, None, "no consumequeue directory")
         return queues
-    if is_database(cq_root):
+    tree = walk_queue_tree(cq_root)
+    if is_database(cq_root) and not tree.queues:
         queues.rocksdb = True
         _check_rocksdb_queues(report, cq_root, facts, queues)
         return queues
-    tree = walk_queue_tree(cq_root)
+    if is_database(cq_root):
+        report.add(WARNING, "rocksdb-cq", cq_root, None, DOUBLE_WRITE)
     for skipped in tree.skipped:
         report.add(WARNING, "consumequeue", skipped.path, None, skipped.reason)
     for queue in tree.queues:

@@ -36,7 +36,19 @@ INSTRUMENTED = [f"rmqlib.{name}" for name in (
     "commitlog.records", "commitlog.arrow", "commitlog.layout", "commitlog.walk",
     "commitlog.compression", "config", "queues.consumequeue", "queues.consumequeue_ext",
     "cli.dump", "common.fileio", "indexfile", "commitlog.innerbatch", "commitlog.msgid",
-    "commitlog.properties", "timers.timerlog", "timers.timerwheel", "dledger.entries")]
+    "commitlog.properties", "timers.timerlog", "timers.timerwheel", "dledger.entries",
+    "dledger.arrow", "rocksdb.consume_queue")]
+
+
+def _rocksdb_pairs(database: Path, count: int = 40) -> bytes:
+    """The fuzz target's input from a real RocksDB consume queue: ``count`` bound pairs,
+    then ``count`` unit pairs, each as key length, value length, key, value."""
+    from rmqlib.rocksdb.database import open_readonly
+
+    with open_readonly(database) as db:
+        bounds = list(db.items("offset"))[:count]
+        units = list(db.items("default"))[:len(bounds)]
+    return b"".join(bytes([len(k), len(v)]) + k + v for k, v in bounds + units)
 
 
 def _seeds(target: str) -> list[tuple[str, bytes]]:
@@ -57,9 +69,11 @@ def _seeds(target: str) -> list[tuple[str, bytes]]:
             if (store / "commitlog").is_dir():  # a DLedger store has none
                 for segment in sorted((store / "commitlog").iterdir())[:2]:
                     add(f"commitlog-{segment.name}", segment)
-        elif target == "dledger":
+        elif target in ("dledger", "dledger_arrow"):
             for segment in sorted(store.glob("dledger-*/data/[0-9]*"))[:2]:
                 add(f"dledger-{segment.name}", segment)
+        elif target == "rocksdb_consume_queue" and (store / "consumequeue" / "CURRENT").is_file():
+            seeds.append((f"{variant.name}-rocksdb-cq", _rocksdb_pairs(store / "consumequeue")))
         elif target == "consumequeue":
             for queue in sorted((store / "consumequeue").glob("*/*/*"))[:6]:
                 add(f"cq-{queue.parent.parent.name}-{queue.parent.name}", queue)

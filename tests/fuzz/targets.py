@@ -18,6 +18,7 @@ tests/fuzz/run.py drives them with atheris (coverage-guided, libFuzzer).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import tempfile
 from collections.abc import Callable
@@ -259,6 +260,63 @@ def dledger(data: bytes) -> None:
                                     f"{record.physical_offset}")
 
 
+def dledger_arrow(data: bytes) -> None:
+    """A DLedger data file through the load's path (rmqlib.dledger.arrow), whole and cut
+    in three ranges: the ranges' accounts add up to the file and their records are the
+    whole scan's, which are the entries' bodies that decode record by record."""
+    from rmqlib.commitlog.records import decode_record
+    from rmqlib.dledger.arrow import scan_dledger_arrow
+    from rmqlib.dledger.entries import read_body
+
+    path = _scratch_file(data)
+    whole = scan_dledger_arrow(path)
+    offsets = [o for batch in whole for o in batch.column("physical_offset").to_pylist()]
+    _check_account(whole.result.account, len(data))
+    singly = []
+    for entry in whole.entries:
+        with contextlib.suppress(StoreError):
+            decode_record(read_body(path, entry, 0), position=entry.body_offset)
+            singly.append(entry.body_offset)
+    if offsets != singly:
+        raise PropertyViolation(f"Arrow path records {_first_difference(offsets, singly)} "
+                                "differ from the record decoder's")
+    cuts = sorted({0, len(data) // 3, 2 * len(data) // 3, len(data)})
+    pieces, bytes_owned = [], 0
+    for begin, end in itertools.pairwise(cuts):
+        part = scan_dledger_arrow(path, begin, end)
+        pieces += [o for batch in part for o in batch.column("physical_offset").to_pylist()]
+        part.result.account.check()
+        bytes_owned += part.result.account.size
+    if pieces != offsets or bytes_owned != len(data):
+        raise PropertyViolation("the ranges' records or accounts differ from the whole scan")
+
+
+def rocksdb_consume_queue(data: bytes) -> None:
+    """RocksDB consume-queue entries (the bytes cut into (key, value) pairs by 1-byte
+    lengths, the first half for the ``offset`` family, the rest for units): a pair off the
+    layout is a bad entry, never an exception; decoded units re-encode to their keys."""
+    from rmqlib.rocksdb.consume_queue import decode_entries, unit_key
+
+    pairs, position = [], 0
+    while position + 2 <= len(data):
+        key_length, value_length = data[position], data[position + 1]
+        key = data[position + 2:position + 2 + key_length]
+        value = data[position + 2 + key_length:position + 2 + key_length + value_length]
+        pairs.append((key, value))
+        position += 2 + key_length + value_length
+    half = len(pairs) // 2
+    scan = decode_entries(pairs[:half], pairs[half:])
+    units = sum(len(q) for q in scan.queues)
+    if units + len([b for b in scan.bad if b.family == "default"]) != len(pairs) - half:
+        raise PropertyViolation("a unit pair was neither decoded nor reported bad")
+    for queue in scan.queues:
+        for offset in queue.queue_offset.tolist():
+            key = unit_key(queue.topic, queue.queue_id, offset)
+            if key not in {k for k, _ in pairs} and "\ufffd" not in queue.topic:
+                raise PropertyViolation(f"unit {queue.topic}/{queue.queue_id}/{offset} "
+                                        "does not re-encode to a key it came from")
+
+
 def check_tiles(rows: list[dict], size: int) -> None:
     """Dump rows (records and regions) cover [0, size) in order, each byte once."""
     position = 0
@@ -285,7 +343,8 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "consumequeue": consumequeue, "batchconsumequeue": batchconsumequeue,
     "consumequeue_ext": consumequeue_ext, "indexfile": indexfile, "checkpoint": checkpoint,
     "config_json": config_json, "dump_commitlog": dump_commitlog, "timerlog": timerlog,
-    "innerbatch": innerbatch, "dledger": dledger,
+    "innerbatch": innerbatch, "dledger": dledger, "dledger_arrow": dledger_arrow,
+    "rocksdb_consume_queue": rocksdb_consume_queue,
 }
 
 
