@@ -54,22 +54,25 @@ def test_a_scheduled_dag_run_of_four_brokers_keeps_to_the_spark_pool(  # type: i
     assert sorted(snapshots.to_pyarrow_table().column("broker").to_pylist()) == sorted(FLEET)
 
 
-def test_a_scheduled_dag_run_over_a_cluster_and_a_dledger_broker(  # type: ignore[no-untyped-def]
-        cluster_store, dledger_store, tmp_path: Path):
+def test_a_scheduled_dag_run_over_a_cluster_a_dledger_and_a_rocksdb_broker(  # type: ignore[no-untyped-def]
+        cluster_store, dledger_store, rocksdb_store, tmp_path: Path):
     """``rmq_nightly`` over the real 5.5.0 cluster (two masters and a slave, their stores as
     the brokers left them at s2) and a DLedger broker beside it, under the scheduler: the
     brokers' task groups run side by side (LocalExecutor), then the cluster's stage; Diff
     Total per group equals what ``consumerProgress`` printed, the slave is a copy of its
-    master, and the DLedger broker's night loads every entry's record and checks clean."""
+    master, the DLedger broker's night loads every entry's record and the RocksDB broker's
+    (storeType=defaultRocksDB) every unit of its RocksDB queue, and both check clean."""
     import json
 
     from rmqlib.dledger.records import scan_dledger
+    from rmqlib.rocksdb.consume_queue import read_queues
 
     truth = cluster_store / "truth"
     brokers = [{"name": b["name"], "store": str(cluster_store / "s2" / b["name"] / "store"),
                 "cluster": b["cluster"], "role": b["role"], "master": b["master"]}
                for b in json.loads((truth / "brokers.json").read_text())]
     brokers.append({"name": "broker-dledger", "store": str(dledger_store / "store")})
+    brokers.append({"name": "broker-rocksdb", "store": str(rocksdb_store / "store")})
     with deployment(tmp_path, brokers, POOL, SLOTS) as airflow:
         run = airflow.run("rmq_nightly", datetime(2026, 11, 24, 2, tzinfo=UTC), 1200)
         logs = airflow.log_tail("scheduler")
@@ -96,6 +99,10 @@ def test_a_scheduled_dag_run_over_a_cluster_and_a_dledger_broker(  # type: ignor
                     if r["broker"] == "broker-dledger")
     entries = scan_dledger(dledger_store / "store" / "dledger-n0" / "data")
     assert loaded == [record.physical_offset for _, record in entries]
+    units = DeltaTable(str(table_location(warehouse, T.QUEUE_ENTRIES))).to_pyarrow_table()
+    loaded_units = sum(1 for r in units.to_pylist() if r["broker"] == "broker-rocksdb")
+    assert loaded_units == read_queues(rocksdb_store / "store" / "consumequeue").units
     results = DeltaTable(str(table_location(warehouse, T.CHECK_RESULTS))).to_pyarrow_table()
-    assert [r["check_name"] for r in results.to_pylist()
-            if r["broker"] == "broker-dledger" and r["severity"] == "error"] == []
+    assert [(r["broker"], r["check_name"]) for r in results.to_pylist()
+            if r["broker"] in ("broker-dledger", "broker-rocksdb")
+            and r["severity"] == "error"] == []

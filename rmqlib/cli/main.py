@@ -413,6 +413,7 @@ def dump_index(args: argparse.Namespace) -> int:
 
 def dump_config(args: argparse.Namespace) -> int:
     from rmqlib import config as cfg
+    from rmqlib.rocksdb.config_store import TABLES, read_config_document, rocksdb_table
 
     path = existing(args.path)
     files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
@@ -424,6 +425,13 @@ def dump_config(args: argparse.Namespace) -> int:
                "data": document.data}
         emit(args, row, f"== {file} (read from {document.source.used})\n"
              + json.dumps(document.data, indent=2, ensure_ascii=False))
+    tables = [t for t in TABLES if path.is_dir() and rocksdb_table(path, t.json_file)]
+    for table in tables:  # storeType=defaultRocksDB: the tables standing in for the files
+        rocks = read_config_document(path, table.json_file)
+        row = {"file": str(path / table.json_file), "source": str(rocks.path),
+               "data": rocks.data, "bad": [[k.hex(), why] for k, why in rocks.bad]}
+        emit(args, row, f"== {path / table.json_file} (read from RocksDB {rocks.path})\n"
+             + json.dumps(rocks.data, indent=2, ensure_ascii=False))
     return EXIT_OK
 
 
@@ -562,12 +570,55 @@ def dump_dledger(args: argparse.Namespace) -> int:
     return _dump(args, "entries", each)
 
 
+def dump_rocksdb(args: argparse.Namespace) -> int:
+    """A RocksDB consume queue (storeType=defaultRocksDB; a store root or the database
+    directory): every unit in key order (topic, queue, offset), then each queue's bounds,
+    then every entry off the layout. Read on a clone: the directory is never opened."""
+    from rmqlib.common.accounting import FileAccount
+    from rmqlib.rocksdb.consume_queue import read_queues
+    from rmqlib.rocksdb.database import is_database
+
+    path = existing(args.path)
+    database = path / "consumequeue" if is_database(path / "consumequeue") else path
+    scan = read_queues(database)
+
+    def each(window: Window, out: Output) -> Iterator[tuple[FileAccount, int]]:
+        for queue in scan.queues:
+            columns = zip(queue.queue_offset.tolist(), queue.commitlog_offset.tolist(),
+                          queue.size.tolist(), queue.tags_code.tolist(),
+                          queue.store_time_ms.tolist(), strict=True)
+            for offset, phys, size, tags, stored in columns:
+                row = {"kind": "unit", "topic": queue.topic, "queue_id": queue.queue_id,
+                       "queue_offset": offset, "commitlog_offset": phys, "size": size,
+                       "tags_code": tags, "store_time": stored}
+                text = (f"{queue.topic}/{queue.queue_id} offset {offset}: commitlog {phys} "
+                        f"size {size} tagsCode {tags} stored {millis(stored)}")
+                if not _show(window, out, row, lambda r=row: r, lambda t=text: t):
+                    return
+        for kind, bounds in (("max", scan.max_offsets), ("min", scan.min_offsets)):
+            for (topic, queue_id), (phys, offset) in sorted(bounds.items()):
+                row = {"kind": kind, "topic": topic, "queue_id": queue_id,
+                       "commitlog_offset": phys, "queue_offset": offset}
+                out.item(lambda r=row: r, lambda r=row: (
+                    f"{r['kind']} {r['topic']}/{r['queue_id']}: queue offset "
+                    f"{r['queue_offset']}, commitlog {r['commitlog_offset']}"))
+        for bad in scan.bad:
+            out.unreadable += 1
+            row = {"kind": "bad", "family": bad.family, "key": bad.key.hex(),
+                   "reason": bad.reason}
+            out.item(lambda r=row: r, lambda r=row: f"-- {r['family']} {r['key']}: {r['reason']}")
+        yield FileAccount(str(database), 0), scan.units
+
+    return _dump(args, "units", each)
+
+
 DUMPERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "commitlog": dump_commitlog, "consumequeue": dump_consumequeue, "cq": dump_consumequeue,
     "batchconsumequeue": dump_batchconsumequeue, "bcq": dump_batchconsumequeue,
     "consumequeue_ext": dump_consumequeue_ext, "ext": dump_consumequeue_ext,
     "index": dump_index, "config": dump_config, "checkpoint": dump_checkpoint,
     "timerlog": dump_timerlog, "timerwheel": dump_timerwheel, "dledger": dump_dledger,
+    "rocksdb": dump_rocksdb,
 }
 
 
@@ -584,11 +635,19 @@ def find_by_queue(store: Path, topic: str, queue_id: int, queue_offset: int) -> 
     whose batch [base, base + size) covers it."""
     from rmqlib.common.segments import list_segments
     from rmqlib.queues.consumequeue import CQ_UNIT_SIZE, decode_cq_file
+    from rmqlib.rocksdb.consume_queue import find_unit
+    from rmqlib.rocksdb.database import is_database
 
     batch_dir = store / "batchconsumequeue" / topic / str(queue_id)
     if batch_dir.is_dir():
         return _find_in_batch_queue(batch_dir, topic, queue_id, queue_offset)
     queue_dir = store / "consumequeue" / topic / str(queue_id)
+    if not queue_dir.is_dir() and is_database(store / "consumequeue"):
+        unit = find_unit(store / "consumequeue", topic, queue_id, queue_offset)
+        if unit is None:
+            raise CliError(f"{topic}/{queue_id} has no unit at queue offset {queue_offset} "
+                           "in the RocksDB consume queue")
+        return unit[0]
     byte_offset = queue_offset * CQ_UNIT_SIZE
     for segment in list_segments(existing(str(queue_dir))):
         if segment.start <= byte_offset < segment.end:

@@ -135,6 +135,16 @@ def read_queues(path: str | Path, after: dict[tuple[str, int], int] | None = Non
         return scan_database(db, after or {})
 
 
+def find_unit(path: str | Path, topic: str, queue_id: int, queue_offset: int
+              ) -> tuple[int, int, int, int] | None:
+    """(commitlog offset, size, tags code, store time) of one unit, None when absent."""
+    with open_readonly(path) as db:
+        value = db.get(UNITS_FAMILY, unit_key(topic, queue_id, queue_offset))
+    if value is None or len(value) != UNIT_VALUE_SIZE:
+        return None
+    return UNIT_VALUE.unpack(value)
+
+
 def scan_database(db: Database, after: dict[tuple[str, int], int]) -> RocksQueueScan:
     return decode_entries(db.items(OFFSET_FAMILY), _unit_entries(db, after))
 

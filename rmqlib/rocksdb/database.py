@@ -52,6 +52,10 @@ class Database:
             return iter(())
         return iter(handle.items())
 
+    def get(self, family: str, key: bytes) -> bytes | None:
+        handle = self.families.get(family)
+        return None if handle is None else handle.get(key)
+
     def items_from(self, family: str, start: bytes) -> Iterator[tuple[bytes, bytes]]:
         """(key, value) pairs from the first key >= ``start``, in key order."""
         handle = self.families.get(family)
