@@ -40,8 +40,10 @@ growing_store = _load_harness_fixtures().growing_store
 # The v5-features variant dir (every optional 5.x store feature, IPv6), built on first use.
 features_store = _load_harness_fixtures().features_store
 cluster_store = _load_harness_fixtures().cluster_store
-# The v5-dledger variant dir (a 5.5.0 broker with a DLedger commitlog), built on first use.
+# The DLedger variant dirs (a broker with a DLedger commitlog: v5-dledger on 5.5.0 and
+# v4-dledger on 4.9.7; tests using it run once per line), built on first use.
 dledger_store = _load_harness_fixtures().dledger_store
+dledger5_store = _load_harness_fixtures().dledger5_store
 # The v5-rocksdb variant dir (a 5.5.0 broker with storeType=defaultRocksDB), built on first use.
 rocksdb_store = _load_harness_fixtures().rocksdb_store
 

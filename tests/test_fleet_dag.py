@@ -55,7 +55,7 @@ def test_a_scheduled_dag_run_of_four_brokers_keeps_to_the_spark_pool(  # type: i
 
 
 def test_a_scheduled_dag_run_over_a_cluster_a_dledger_and_a_rocksdb_broker(  # type: ignore[no-untyped-def]
-        cluster_store, dledger_store, rocksdb_store, tmp_path: Path):
+        cluster_store, dledger5_store, rocksdb_store, tmp_path: Path):
     """``rmq_nightly`` over the real 5.5.0 cluster (two masters and a slave, their stores as
     the brokers left them at s2) and a DLedger broker beside it, under the scheduler: the
     brokers' task groups run side by side (LocalExecutor), then the cluster's stage; Diff
@@ -71,7 +71,7 @@ def test_a_scheduled_dag_run_over_a_cluster_a_dledger_and_a_rocksdb_broker(  # t
     brokers = [{"name": b["name"], "store": str(cluster_store / "s2" / b["name"] / "store"),
                 "cluster": b["cluster"], "role": b["role"], "master": b["master"]}
                for b in json.loads((truth / "brokers.json").read_text())]
-    brokers.append({"name": "broker-dledger", "store": str(dledger_store / "store")})
+    brokers.append({"name": "broker-dledger", "store": str(dledger5_store / "store")})
     brokers.append({"name": "broker-rocksdb", "store": str(rocksdb_store / "store")})
     with deployment(tmp_path, brokers, POOL, SLOTS) as airflow:
         run = airflow.run("rmq_nightly", datetime(2026, 11, 24, 2, tzinfo=UTC), 1200)
@@ -97,7 +97,7 @@ def test_a_scheduled_dag_run_over_a_cluster_a_dledger_and_a_rocksdb_broker(  # t
     messages = DeltaTable(str(table_location(warehouse, T.MESSAGES))).to_pyarrow_table()
     loaded = sorted(r["physical_offset"] for r in messages.to_pylist()
                     if r["broker"] == "broker-dledger")
-    entries = scan_dledger(dledger_store / "store" / "dledger-n0" / "data")
+    entries = scan_dledger(dledger5_store / "store" / "dledger-n0" / "data")
     assert loaded == [record.physical_offset for _, record in entries]
     units = DeltaTable(str(table_location(warehouse, T.QUEUE_ENTRIES))).to_pyarrow_table()
     loaded_units = sum(1 for r in units.to_pylist() if r["broker"] == "broker-rocksdb")

@@ -2,7 +2,7 @@
 
 Import into a test module (or a conftest) with ``from <this module> import broker_stores,
 growing_store, features_store, cluster_store, dledger_store,
-rocksdb_store``; the module loads ``stores.py`` by
+dledger5_store, rocksdb_store``; the module loads ``stores.py`` by
 path, so it works whether or not ``tests`` is a package.
 """
 
@@ -80,13 +80,20 @@ def cluster_store() -> Path:
     return _variant(stores.CLUSTER_VARIANT)
 
 
+@pytest.fixture(scope="session", params=[stores.DLEDGER_VARIANT, stores.DLEDGER4_VARIANT])
+def dledger_store(request: pytest.FixtureRequest) -> Path:
+    """A DLedger variant dir, each test once per line: ``v5-dledger`` (5.5.0, dledger
+    0.3.2) and ``v4-dledger`` (4.9.7, dledger 0.3.1.2). ``store/`` (one broker with
+    ``enableDLegerCommitLog``: a single-node Raft group whose log is ``dledger-n0/data`` +
+    ``dledger-n0/index``, no ``commitlog/``; clean shutdown), ``snapshots/s1/store`` (hot copy
+    before the last ~100 messages) and ``truth/`` (messages, consumer_groups, topic_stats,
+    dledger.json, ...). Generated on first use (~45 s each)."""
+    return _variant(request.param)
+
+
 @pytest.fixture(scope="session")
-def dledger_store() -> Path:
-    """The ``v5-dledger`` variant dir: ``store/`` (one 5.5.0 broker with ``enableDLegerCommitLog``:
-    a single-node Raft group whose log is ``dledger-n0/data`` + ``dledger-n0/index``, no
-    ``commitlog/``; clean shutdown), ``snapshots/s1/store`` (hot copy before the last ~100
-    messages) and ``truth/`` (messages, consumer_groups, topic_stats, dledger.json, ...).
-    Generated on first use (~45 s), separately from the other variants."""
+def dledger5_store() -> Path:
+    """The ``v5-dledger`` variant dir alone (for tests too costly to run per line)."""
     return _variant(stores.DLEDGER_VARIANT)
 
 

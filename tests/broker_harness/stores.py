@@ -73,8 +73,10 @@ DLEDGER_VARIANT = "v5-dledger"
 #: Built only on request too: one 5.5.0 broker with ``storeType=defaultRocksDB`` (consume queues
 #: and topics, groups and offsets in RocksDB), the same workload and hot copy as v5-dledger.
 ROCKSDB_VARIANT = "v5-rocksdb"
+#: Built only on request too: the v5-dledger scenario on the 4.9.7 line (its DLedger version).
+DLEDGER4_VARIANT = "v4-dledger"
 EXTRA_VARIANTS: tuple[str, ...] = (GROWING_VARIANT, FEATURES_VARIANT, CLUSTER_VARIANT,
-                                   DLEDGER_VARIANT, ROCKSDB_VARIANT)
+                                   DLEDGER_VARIANT, ROCKSDB_VARIANT, DLEDGER4_VARIANT)
 ALL_VARIANTS: tuple[str, ...] = VARIANTS + EXTRA_VARIANTS
 DEFAULT_VARIANT = "v5-clean"
 CACHE_ENV = "RMQ_STORE_CACHE"
@@ -108,10 +110,10 @@ IPV6_VARIANTS: tuple[str, ...] = (FEATURES_VARIANT,)
 #: Variants whose scenario class has its own ``main`` (everything else runs ``rmqharness.Harness``):
 #: the deployment-mode variants live entirely in ``ModeWorkload.java``, so the shared
 #: ``Harness.java`` (part of every variant's fingerprint) did not have to change for them.
-MAIN_CLASSES: dict[str, str] = {DLEDGER_VARIANT: "rmqharness.ModeWorkload",
-                                ROCKSDB_VARIANT: "rmqharness.ModeWorkload"}
+MODE_VARIANTS = (DLEDGER_VARIANT, ROCKSDB_VARIANT, DLEDGER4_VARIANT)
+MAIN_CLASSES: dict[str, str] = dict.fromkeys(MODE_VARIANTS, "rmqharness.ModeWorkload")
 #: Scenario classes that serve several variants (others serve the variant ``*-<scenario>``).
-SCENARIO_OF: dict[str, str] = {DLEDGER_VARIANT: "mode", ROCKSDB_VARIANT: "mode"}
+SCENARIO_OF: dict[str, str] = dict.fromkeys(MODE_VARIANTS, "mode")
 
 
 def driver_jvm_opts(variant: str) -> list[str]:

@@ -4,6 +4,10 @@ import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.TreeMap;
+import org.apache.rocketmq.common.protocol.body.ClusterInfo;
+import org.apache.rocketmq.common.protocol.body.KVTable;
+import org.apache.rocketmq.common.protocol.route.BrokerData;
 import org.apache.rocketmq.common.admin.ConsumeStats;
 import org.apache.rocketmq.common.admin.OffsetWrapper;
 import org.apache.rocketmq.common.admin.TopicOffset;
@@ -96,5 +100,18 @@ final class Compat {
         return producer.getDefaultMQProducerImpl().getMqClientFactory().getMQClientAPIImpl().sendMessage(
             brokerAddr, brokerName, msg, h, producer.getSendMsgTimeout(), CommunicationMode.SYNC, null,
             producer.getDefaultMQProducerImpl());
+    }
+
+    /** The addresses the name server lists for a broker name (brokerId -> address), or null. */
+    static Map<Long, String> brokerAddrs(DefaultMQAdminExt admin, String brokerName) throws Exception {
+        ClusterInfo ci = admin.examineBrokerClusterInfo();
+        BrokerData bd = ci.getBrokerAddrTable().get(brokerName);
+        return bd == null ? null : new TreeMap<>(bd.getBrokerAddrs());
+    }
+
+    /** The broker's runtime statistics (what mqadmin brokerStatus prints). */
+    static Map<String, String> runtimeStats(DefaultMQAdminExt admin, String brokerAddr) throws Exception {
+        KVTable kv = admin.fetchBrokerRuntimeStats(brokerAddr);
+        return new TreeMap<>(kv.getTable());
     }
 }

@@ -30,17 +30,15 @@ import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
-import org.apache.rocketmq.remoting.protocol.body.ClusterInfo;
-import org.apache.rocketmq.remoting.protocol.body.KVTable;
-import org.apache.rocketmq.remoting.protocol.route.BrokerData;
 import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
 
 /**
- * One broker in a deployment mode other than the default (5.x only): a real 5.5.0 name server and ONE broker,
- * the same seeded workload, a hot copy and a clean shutdown; only the broker's mode differs by variant.
+ * One broker in a deployment mode other than the default: a real name server and ONE broker (5.5.0, or 4.9.7
+ * for v4-dledger), the same seeded workload, a hot copy and a clean shutdown; only the broker's mode and
+ * line differ by variant. Version-specific admin calls go through {@link Compat}.
  *
  * <ul>
- *   <li>{@code v5-dledger}: the commitlog is a DLedger (Raft) log: {@code enableDLegerCommitLog=true}, a
+ *   <li>{@code v5-dledger}, {@code v4-dledger}: the commitlog is a DLedger (Raft) log: {@code enableDLegerCommitLog=true}, a
  *   single-node group ({@code dLegerPeers=n0-127.0.0.1:p}, {@code dLegerSelfId=n0}) that elects itself. The
  *   broker writes {@code dledger-n0/data/} (entries: a 48-byte header + a commitlog record),
  *   {@code dledger-n0/index/} (32-byte units), {@code dledger-n0/checkpoint} and {@code dledger-n0/currterm};
@@ -64,7 +62,8 @@ import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
  */
 final class ModeWorkload {
     /** The variants this class runs, and the deployment mode each one puts its broker in. */
-    static final Map<String, String> MODES = Map.of("v5-dledger", "dledger", "v5-rocksdb", "rocksdb");
+    static final Map<String, String> MODES = Map.of("v5-dledger", "dledger", "v5-rocksdb", "rocksdb",
+        "v4-dledger", "dledger");
     static final long SEED = 20240614L;
     static final String SELF_ID = "n0";
 
@@ -360,14 +359,13 @@ final class ModeWorkload {
         String last = "";
         while (System.currentTimeMillis() < end) {
             try {
-                ClusterInfo ci = admin.examineBrokerClusterInfo();
-                BrokerData bd = ci.getBrokerAddrTable().get(Harness.BROKER_NAME);
-                if (bd != null) {
-                    last = String.valueOf(bd.getBrokerAddrs());
-                    if (brokerAddr.equals(bd.getBrokerAddrs().get(0L))) {
+                Map<Long, String> addrs = Compat.brokerAddrs(admin, Harness.BROKER_NAME);
+                if (addrs != null) {
+                    last = String.valueOf(addrs);
+                    if (brokerAddr.equals(addrs.get(0L))) {
                         Map<String, Object> r = new LinkedHashMap<>();
                         r.put("waitedMs", System.currentTimeMillis() - start);
-                        r.put("brokerAddrs", flatAddrs(bd));
+                        r.put("brokerAddrs", flatAddrs(addrs));
                         r.put("leaderLogLines", grep(h.logs.resolve("broker.log"),
                             List.of("DLedgerRoleChangeHandler", "changeToMaster", "Begin handling broker role change",
                                 "Finish handling broker role change", "LEADER")));
@@ -385,9 +383,9 @@ final class ModeWorkload {
         throw new Harness.HarnessError("broker did not register as master (brokerId 0) within 60 s: " + last);
     }
 
-    static Map<String, Object> flatAddrs(BrokerData bd) {
+    static Map<String, Object> flatAddrs(Map<Long, String> addrs) {
         Map<String, Object> m = new TreeMap<>();
-        for (Map.Entry<Long, String> e : bd.getBrokerAddrs().entrySet()) {
+        for (Map.Entry<Long, String> e : addrs.entrySet()) {
             m.put(String.valueOf(e.getKey()), e.getValue());
         }
         return m;
@@ -654,8 +652,7 @@ final class ModeWorkload {
         Map<String, Object> v = new LinkedHashMap<>();
         v.put("atMs", System.currentTimeMillis());
         try {
-            KVTable kv = admin.fetchBrokerRuntimeStats(brokerAddr);
-            Map<String, Object> all = new TreeMap<>(kv.getTable());
+            Map<String, Object> all = new TreeMap<>(Compat.runtimeStats(admin, brokerAddr));
             Map<String, Object> picked = new TreeMap<>();
             for (Map.Entry<String, Object> e : all.entrySet()) {
                 String k = e.getKey().toLowerCase();
@@ -688,8 +685,8 @@ final class ModeWorkload {
             v.put("brokerConfigError", e.toString());
         }
         try {
-            BrokerData bd = admin.examineBrokerClusterInfo().getBrokerAddrTable().get(Harness.BROKER_NAME);
-            v.put("clusterInfoBrokerAddrs", bd == null ? null : flatAddrs(bd));
+            Map<Long, String> addrs = Compat.brokerAddrs(admin, Harness.BROKER_NAME);
+            v.put("clusterInfoBrokerAddrs", addrs == null ? null : flatAddrs(addrs));
         } catch (Exception e) {
             v.put("clusterInfoError", e.toString());
         }
