@@ -54,6 +54,7 @@ TRANSACTION_METRICS_FILE = "transactionMetrics"
 # useSingleRocksDBForAllConfigs (the per-table v1 databases are: rmqlib.rocksdb.config_store).
 ROCKSDB_CONFIG_DIRS = ("rdb", "metadata")
 ROCKSDB_NOTE = "read from RocksDB (storeType=defaultRocksDB, configManagerVersion=v1)"
+LEFT_OUT_NOTE = "left out: the RocksDB value of key"
 
 # PermName bits.
 PERM_PRIORITY = 8
@@ -694,7 +695,7 @@ def _rocksdb_document(path: str | Path) -> ConfigDocument | None:
     except StoreError as exc:
         raise ConfigError(exc.reason, path=database) from exc
     notes = [ROCKSDB_NOTE]
-    notes += [f"key {key[:80]!r} left out: {reason}" for key, reason in document.bad]
+    notes += [f"{LEFT_OUT_NOTE} {key[:80]!r}: {reason}" for key, reason in document.bad]
     return ConfigDocument(document.data, ConfigSource(str(path), str(database), False, None,
                                                       False, tuple(notes)))
 
@@ -755,6 +756,9 @@ class ConfigDir:
     transaction_metrics: Metrics | None = None
     errors: dict[str, ConfigError] = field(default_factory=dict)
     unsupported: list[UnsupportedFormatError] = field(default_factory=list)
+    # Entries left out of a table that was otherwise read (a RocksDB value that is not a
+    # JSON object), by the file the table stands for: reported, never dropped silently.
+    left_out: dict[str, list[str]] = field(default_factory=dict)
 
 
 _KNOWN: tuple[tuple[str, str, Callable[..., Any]], ...] = (
@@ -785,6 +789,11 @@ def load_config_dir(config_dir: str | Path) -> ConfigDir:
             setattr(result, attribute, loader(config_dir / name, missing_ok=True))
         except ConfigError as exc:
             result.errors[name] = exc
+    for attribute, name, _ in _KNOWN:
+        source = getattr(getattr(result, attribute), "source", None)
+        notes = [n for n in (source.notes if source else ()) if n.startswith(LEFT_OUT_NOTE)]
+        if notes:
+            result.left_out[name] = notes
     for name in ROCKSDB_CONFIG_DIRS:
         if (config_dir / name).is_dir():
             result.unsupported.append(UnsupportedFormatError(

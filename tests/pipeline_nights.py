@@ -23,14 +23,22 @@ def jsonl(path: Path) -> list[dict[str, Any]]:
 def write_config(work: Path, broker: str, store: Path) -> Path:
     """A pipeline config of one broker on the in-process engines; every error and warning
     finding is recorded."""
+    return write_pipeline_config(work, [{"name": broker, "store": str(store)}], {})
+
+
+def write_pipeline_config(work: Path, brokers: list[dict[str, Any]],
+                          alert_rules: dict[str, Any]) -> Path:
+    """``work/pipeline.yaml`` for ``brokers`` on the in-process engines, no delivery, and
+    ``work/alerts.yaml``: config/alerts.yaml with every error and warning finding recorded
+    and ``alert_rules`` applied over it (top-level keys)."""
     alerts = yaml.safe_load(Path("config/alerts.yaml").read_text())
     alerts["checks"] = {"severities": ["error", "warning"]}
+    alerts.update(alert_rules)
     (work / "alerts.yaml").write_text(yaml.safe_dump(alerts))
     config = {
         "snapshot_root": str(work / "snapshots"), "warehouse": str(work / "warehouse"),
         "deliver_alerts": False, "alerts_config": str(work / "alerts.yaml"),
-        "check_engine": "local", "load_engine": "local",
-        "brokers": [{"name": broker, "store": str(store)}],
+        "check_engine": "local", "load_engine": "local", "brokers": brokers,
     }
     path = work / "pipeline.yaml"
     path.write_text(yaml.safe_dump(config))

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
+from pipeline_nights import write_pipeline_config
 
 from jobs import pipeline
 from jobs.alerts.cluster_alerts import alert_name
@@ -48,22 +49,13 @@ def write_config(work: Path, brokers: list[BrokerSource], store_dir: Path) -> Pa
     """A pipeline config of the cluster (in-process engines) and its alert rules: the
     consumer status over 2 nights, any lag of the slave is "lagging", its offsets must be
     synchronised (age 0): what the oracle can say exactly."""
-    alerts = yaml.safe_load(Path("config/alerts.yaml").read_text())
-    alerts["status"] = {**alerts["status"], "window": 2, "ok_lag_messages": 0}
-    alerts["replica"] = {"max_lag_bytes": 0, "max_lag_seconds": 1e9, "offsets_sync_seconds": 0,
-                         "severity": "warning"}
-    alerts["checks"] = {"severities": ["error", "warning"]}
-    (work / "alerts.yaml").write_text(yaml.safe_dump(alerts))
-    config = {
-        "snapshot_root": str(work / "snapshots"), "warehouse": str(work / "warehouse"),
-        "deliver_alerts": False, "alerts_config": str(work / "alerts.yaml"),
-        "check_engine": "local", "load_engine": "local",
-        "brokers": [{**b.as_dict(), "store": str(store_dir / b.name / "store")}
-                    for b in brokers],
-    }
-    path = work / "pipeline.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
+    status = yaml.safe_load(Path("config/alerts.yaml").read_text())["status"]
+    rules = {"status": {**status, "window": 2, "ok_lag_messages": 0},
+             "replica": {"max_lag_bytes": 0, "max_lag_seconds": 1e9, "offsets_sync_seconds": 0,
+                         "severity": "warning"}}
+    return write_pipeline_config(
+        work, [{**b.as_dict(), "store": str(store_dir / b.name / "store")} for b in brokers],
+        rules)
 
 
 def run_night(config_path: Path, snapshot_id: str, store_dir: Path) -> dict[str, Any]:

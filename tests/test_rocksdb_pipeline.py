@@ -134,6 +134,11 @@ def test_a_changed_rocksdb_unit_gives_exactly_its_findings(rocksdb_store: Path,
     phys, size, tags, stored = UNIT_VALUE.unpack(db[key])
     db[key] = UNIT_VALUE.pack(phys + 1, size, tags, stored)  # inside its record
     db.close()
+    writer = Options(raw_mode=True)
+    writer.set_allow_concurrent_memtable_write(False)  # the broker's in-place updates
+    offsets = Rdict(str(store / "config" / "consumerOffsets"), options=writer)
+    offsets[b"TopicRocksDelay@G_HALF"] = b"{not json"  # a value the broker could not parse
+    offsets.close()
     run_night(write_config(tmp_path, BROKER, store), NIGHTS["s2"], store)
     findings = {r["check_name"]: r for r in rows(tmp_path / "warehouse", T.CHECK_RESULTS)
                 if r["severity"] in ("error", "warning")}
@@ -142,4 +147,11 @@ def test_a_changed_rocksdb_unit_gives_exactly_its_findings(rocksdb_store: Path,
     # ... and the record it stood for, left without a unit in its queue.
     assert findings["record_without_unit"]["scope"] == "topic=TopicRocksBulk queue=1"
     assert list(findings["record_without_unit"]["sample_offsets"]) == [phys]
-    assert set(findings) == {"cq_unit_without_record", "record_without_unit"}
+    # The offsets entry that is no JSON is left out, and said to be, with its key.
+    assert findings["quarantined_region"]["scope"] == "file=config/consumerOffset.json"
+    assert "TopicRocksDelay@G_HALF" in findings["quarantined_region"]["observed"]
+    assert set(findings) == {"cq_unit_without_record", "record_without_unit",
+                             "quarantined_region"}
+    loaded = {(r["topic"], r["group_name"]) for r in rows(tmp_path / "warehouse",
+                                                          T.CONSUMER_OFFSETS)}
+    assert ("TopicRocksDelay", "G_HALF") not in loaded and ("TopicRocks", "G_HALF") in loaded

@@ -338,13 +338,16 @@ class SnapshotLoad:
         for skipped in plan.skipped_queues:
             rows.append((self.broker, self.snapshot_id, skipped.rel_path, 0, skipped.length,
                          skipped.reason, skipped.stream, None))
-        for rel, size, reason in plan.unreadable_files:
-            rows.append((self.broker, self.snapshot_id, rel, 0, size, reason, INDEX, None))
+        for rel, size, reason, stream in plan.unreadable_files:
+            rows.append((self.broker, self.snapshot_id, rel, 0, size, reason, stream, None))
+        seen: dict[str, int] = {}
         for name, reason in self.config_problems:
             path = self.store / "config" / name
             size = path.stat().st_size if path.is_file() else 0
-            rows.append((self.broker, self.snapshot_id, f"config/{Path(name).name}", 0, size,
-                         reason, "config", None))
+            # several problems of one file (RocksDB entries left out) are numbered
+            number = seen[name] = seen.get(name, -1) + 1
+            rows.append((self.broker, self.snapshot_id, f"config/{Path(name).name}", number,
+                         size, reason, "config", None))
         return sorted(set(rows), key=lambda r: (r[2], r[3]))
 
     def gap_rows(self, plan: LoadPlan) -> list[tuple]:

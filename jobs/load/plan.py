@@ -38,6 +38,7 @@ from rmqlib.store.commitlog_source import CommitlogSource, commitlog_source
 from rmqlib.store.growth import growth_of
 from rmqlib.store.inventory import FileKind
 
+OTHER_STREAM = "other"  # quarantine stream of a file outside the known streams
 DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
 DEFAULT_QUEUE_SPLIT_BYTES = 6_000_000  # one default-size consume-queue file
 UNIT_SIZES = {CONSUMEQUEUE: CQ_UNIT_SIZE, BATCHCONSUMEQUEUE: BCQ_UNIT_SIZE}
@@ -100,8 +101,8 @@ class LoadPlan:
     index_tasks: list[Task] = field(default_factory=list)
     gaps: list[RetentionGap] = field(default_factory=list)
     skipped_queues: list[SkippedQueue] = field(default_factory=list)
-    # (relative path, size, reason) of files that cannot be decoded at all
-    unreadable_files: list[tuple[str, int, str]] = field(default_factory=list)
+    # (relative path, size, reason, stream) of files that cannot be decoded at all
+    unreadable_files: list[tuple[str, int, str, str]] = field(default_factory=list)
     commitlog_min_offset: int | None = None
     commitlog_hwm: int | None = None
     # The segment the broker writes to (relative path): a record at its end may be torn.
@@ -187,7 +188,7 @@ def _refuse_superseded(plan: LoadPlan, source: CommitlogSource) -> None:
         plan.unreadable_files.append((
             _rel(plan.store, seg.path), seg.size,
             "commitlog written before the broker switched to DLedger (below its "
-            "dividedCommitlogOffset): not loaded, only the DLedger log is"))
+            "dividedCommitlogOffset): not loaded, only the DLedger log is", OTHER_STREAM))
 
 
 def _written_segment(segments: list[Segment], kind: str) -> Segment:
@@ -290,7 +291,7 @@ def _plan_index(plan: LoadPlan, by_key: dict[tuple, HighWaterMark]) -> None:
     listing = list_index_files(directory)
     for path, error in listing.rejected:
         plan.unreadable_files.append((_rel(plan.store, path), path.stat().st_size,
-                                      f"index file cannot be opened: {error}"))
+                                      f"index file cannot be opened: {error}", INDEX))
     for info in listing.files:
         mark = by_key.get((INDEX, None, None, info.path.name))
         next_entry = mark.loaded_until if mark else 1

@@ -124,6 +124,8 @@ def config_problems(config: ConfigDir) -> list[tuple[str, str]]:
     """(file name, reason) of every config file that could not be used."""
     problems = [(name, str(error)) for name, error in sorted(config.errors.items())]
     problems += [(str(item.path), str(item)) for item in config.unsupported]
+    problems += [(name, note) for name, notes in sorted(config.left_out.items())
+                 for note in notes]
     return problems
 
 

@@ -912,6 +912,9 @@ def _check_config(report: VerifyReport, bounds: dict[tuple[str, int], QueueBound
         report.add(ERROR, "config", config_dir / name, error.offset, error.reason)
     for unsupported in loaded.unsupported:
         report.add(WARNING, "config", unsupported.path, None, unsupported.reason)
+    for name, notes in loaded.left_out.items():
+        for note in notes:
+            report.add(ERROR, "config", config_dir / name, None, note)
     for offsets in (loaded.consumer_offsets, loaded.lmq_consumer_offsets):
         if offsets is not None:
             _check_consumer_offsets(report, offsets, bounds)
