@@ -29,6 +29,7 @@ from pipeline_nights import rows as nights_rows
 
 from jobs.lakehouse import tables as T
 from rmqlib.rocksdb.consume_queue import UNIT_VALUE, read_queues, unit_key
+from rmqlib.rocksdb.database import INCONSISTENT_COPY
 
 pytestmark = pytest.mark.broker
 
@@ -155,3 +156,24 @@ def test_a_changed_rocksdb_unit_gives_exactly_its_findings(rocksdb_store: Path,
     loaded = {(r["topic"], r["group_name"]) for r in rows(tmp_path / "warehouse",
                                                           T.CONSUMER_OFFSETS)}
     assert ("TopicRocksDelay", "G_HALF") not in loaded and ("TopicRocks", "G_HALF") in loaded
+
+
+def test_a_copy_the_snapshot_could_not_make_consistent_is_refused_and_quarantined(
+        rocksdb_store: Path, tmp_path: Path) -> None:
+    """A RocksDB queue copy the snapshot marked inconsistent (the database kept changing
+    under it) is read by no one: the load quarantines the database as a consume-queue
+    region with the copier's reason, loads no unit from it, and the check says so."""
+    store = tmp_path / "source"
+    shutil.copytree(rocksdb_store / "store", store)
+    (store / "consumequeue" / INCONSISTENT_COPY).write_text(
+        "not copied consistently in 5 attempts (1 file(s) deleted while it was copied)\n")
+    run_night(write_config(tmp_path, BROKER, store), NIGHTS["s2"], store)
+    warehouse = tmp_path / "warehouse"
+    [row] = rows(warehouse, T.QUARANTINE)
+    assert (row["file"], row["stream"]) == ("consumequeue", "consumequeue")
+    assert "not consistent" in row["reason"] and "deleted while it was copied" in row["reason"]
+    assert rows(warehouse, T.QUEUE_ENTRIES) == []
+    errors = {r["check_name"] for r in rows(warehouse, T.CHECK_RESULTS)
+              if r["severity"] == "error"}
+    assert errors == {"quarantined_region"}
+

@@ -59,6 +59,7 @@ from jobs.load.decode_tasks import (
     DLEDGER,
     DLEDGER_INDEX,
     INDEX,
+    ROCKSDB_CQ,
     DecodeContext,
     Task,
     read_report,
@@ -79,6 +80,8 @@ from rmqlib.store.inventory import take_inventory
 from rmqlib.store.replica import write_offset
 
 LOADING, LOADED = "loading", "loaded"
+# The quarantine stream of a task kind that is another form of a stream.
+QUARANTINE_STREAMS = {DLEDGER: COMMITLOG, ROCKSDB_CQ: CONSUMEQUEUE}
 Progress = Callable[[str], None]
 
 
@@ -325,8 +328,9 @@ class SnapshotLoad:
         rows: list[tuple] = []
         for reports in self.reports.values():
             for report in reports:
-                # A DLedger data file is the broker's commitlog: its regions are too.
-                stream = COMMITLOG if report["kind"] == DLEDGER else report["kind"]
+                # A DLedger data file is the broker's commitlog, a RocksDB queue its
+                # consume queue: their regions are the commitlog's and the queues'.
+                stream = QUARANTINE_STREAMS.get(report["kind"], report["kind"])
                 segment_start = report.get("segment_start")
                 for offset, length, reason in report["account"]["unreadable"]:
                     global_offset = segment_start + offset if stream == COMMITLOG else None
