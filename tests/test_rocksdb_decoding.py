@@ -191,6 +191,9 @@ def test_rmq_dump_and_get_read_the_real_rocksdb_queue(rocksdb_store: Path) -> No
               str(sent["queueOffset"]), "--json")
     assert got.returncode == 0, got.stderr
     assert json.loads(got.stdout)["physical_offset"] == sent["commitLogOffset"]
+    inspected = json.loads(rmq("inspect", store, "--json").stdout)
+    written = [s for s in jsonl(rocksdb_store / "truth" / "topic_stats.jsonl") if s["maxOffset"]]
+    assert inspected["queues"] == len(written)  # the queues of the RocksDB consume queue
     config = rmq("dump", "config", f"{store}/config", "--json")
     sources = {json.loads(line)["file"].rsplit("/", 1)[1]: json.loads(line)["source"]
                for line in config.stdout.splitlines()}

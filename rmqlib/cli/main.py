@@ -160,14 +160,25 @@ def existing(path: str) -> Path:
 # --------------------------------------------------------------------------- inspect
 
 
+def rocksdb_queues(store: Path) -> set[tuple[str, int]]:
+    """The queues a RocksDB consume queue has written to (its ``max`` bounds); none when
+    the store keeps file queues."""
+    from rmqlib.rocksdb.consume_queue import read_bounds
+    from rmqlib.rocksdb.database import is_database
+
+    database = store / "consumequeue"
+    return set(read_bounds(database).max_offsets) if is_database(database) else set()
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     from rmqlib.store.inventory import take_inventory
 
     inventory = take_inventory(existing(args.store))
+    queues = sorted(set(inventory.queues) | rocksdb_queues(inventory.root))
     summary = {
         "store": str(inventory.root), "generation": inventory.generation,
         "evidence": inventory.evidence, "features": sorted(inventory.features),
-        "totals": inventory.totals(), "queues": len(inventory.queues),
+        "totals": inventory.totals(), "queues": len(queues),
         "not_decoded": [{"path": str(where), "reason": reason, "files": files, "bytes": size}
                         for where, reason, files, size in inventory.not_decoded_groups()],
     }
@@ -177,8 +188,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     print(f"store: {inventory.root}")
     print(f"generation: {inventory.generation}  ({'; '.join(inventory.evidence)})")
     print(f"features: {', '.join(sorted(inventory.features)) or 'none'}")
-    print(f"consume queues: {len(inventory.queues)} "
-          f"over {len({t for t, _ in inventory.queues})} topics")
+    where = " (RocksDB)" if "rocksdb_consume_queue" in inventory.features else ""
+    print(f"consume queues{where}: {len(queues)} over {len({t for t, _ in queues})} topics")
     for kind, total in inventory.totals().items():
         print(f"  {kind:<18} {total['files']:>6} files {total['bytes']:>14,} bytes")
     for item in summary["not_decoded"]:

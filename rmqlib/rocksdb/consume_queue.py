@@ -135,6 +135,13 @@ def read_queues(path: str | Path, after: dict[tuple[str, int], int] | None = Non
         return scan_database(db, after or {})
 
 
+def read_bounds(path: str | Path) -> RocksQueueScan:
+    """Only the ``offset`` family (each queue's bounds, the checkpoint): cheap, however many
+    units the database holds."""
+    with open_readonly(path) as db:
+        return decode_entries(db.items(OFFSET_FAMILY), ())
+
+
 def find_unit(path: str | Path, topic: str, queue_id: int, queue_offset: int
               ) -> tuple[int, int, int, int] | None:
     """(commitlog offset, size, tags code, store time) of one unit, None when absent."""
