@@ -17,16 +17,22 @@ there and every gap starting there (a gap may run past ``end`` to the next frame
 scans of adjacent ranges together yield a whole-file scan's entries and their accounts add
 up to the file.
 
-The file is read through windows (a few MiB plus one entry), never whole.
+The file is read through windows (a few MiB plus one entry), never whole. Inside a window
+the walk hops SIZE in a tight loop and checks the rest of the predicate vectorised
+(``_run``); the scalar path takes over at anything that loop stops at (a BLANK, a gap, an
+entry crossing the window), so both paths follow the one predicate.
 """
 
 from __future__ import annotations
 
 import os
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
+
+import numpy as np
 
 from rmqlib.common.accounting import FileAccount
 from rmqlib.common.segments import parse_segment_name
@@ -36,6 +42,12 @@ WINDOW = 4 << 20
 MAGIC_BYTES = L.ENTRY_MAGIC.to_bytes(4, "big", signed=True)
 BLANK_BYTES = L.BLANK_MAGIC.to_bytes(4, "big", signed=True)
 _unpack_header = L.ENTRY_HEADER.unpack_from
+_MAGIC_SIZE = struct.Struct(">ii")
+# The entry header as numpy reads it (DLedgerEntryCoder.encode's order).
+_HEADER_DTYPE = np.dtype([("magic", ">i4"), ("size", ">i4"), ("index", ">i8"), ("term", ">i8"),
+                          ("pos", ">i8"), ("channel", ">i4"), ("chain_crc", ">i4"),
+                          ("body_crc", ">i4"), ("body_size", ">i4")])
+assert _HEADER_DTYPE.itemsize == L.ENTRY_HEADER_SIZE
 
 
 class DLedgerEntry(NamedTuple):
@@ -132,6 +144,13 @@ def _walk(f: _File, start: int, scan: DataFileScan, end: int) -> Iterator[DLedge
     """Entries from ``scan.span_start`` until a frame at or past ``end``; sets span_end."""
     position, size = scan.span_start, f.size
     while position < size:
+        run = _run(f, start, position, end)
+        if run:
+            scan.entries += len(run)
+            scan.account.decoded += run[-1].end - run[0].pos
+            position = run[-1].end - start
+            yield from run
+            continue
         entry = entry_at(f, start, position)
         if entry is not None:
             if position >= end:
@@ -162,6 +181,50 @@ def _walk(f: _File, start: int, scan: DataFileScan, end: int) -> Iterator[DLedge
     else:
         scan.logical_end = size
     scan.span_end = position
+
+
+def _run(f: _File, start: int, position: int, end: int) -> list[DLedgerEntry]:
+    """The valid entries chained from ``position`` inside the window that holds it (none
+    when ``position`` frames none): SIZE hops in a tight loop, then the rest of the
+    predicate (own POS, BODY SIZE) checked vectorised; the walk's fast path. Entries that
+    start at or past ``end``, or do not fit the window, are left to the scalar path."""
+    left = f.size - position
+    if left < L.ENTRY_HEADER_SIZE or position >= end:
+        return []
+    data, at = f.locate(position, L.ENTRY_HEADER_SIZE)
+    limit = min(len(data), at + left)
+    stop = at + (end - position)
+    rels = _chain(data, at, stop, limit)
+    if not rels:
+        return []
+    headers = _header_rows(data)[np.asarray(rels)].view(_HEADER_DTYPE)
+    base = start + position - at  # data[0]'s offset in the data log
+    ok = (headers["pos"] == base + np.asarray(rels)) & \
+        (headers["body_size"] == headers["size"] - L.ENTRY_HEADER_SIZE)
+    n = len(ok) if ok.all() else int(np.argmin(ok))
+    columns = [headers[name][:n].tolist() for name in DLedgerEntry._fields]
+    return list(map(DLedgerEntry._make, zip(*columns, strict=True)))  # no per-entry lambda
+
+
+def _chain(data: bytes, rel: int, stop: int, limit: int) -> list[int]:
+    """Positions in ``data`` of entries hopped by SIZE from ``rel`` while each has MAGIC 1,
+    a SIZE of at least a header, fits before ``limit`` and starts before ``stop``."""
+    out: list[int] = []
+    append, unpack = out.append, _MAGIC_SIZE.unpack_from
+    header, magic_1 = L.ENTRY_HEADER_SIZE, L.ENTRY_MAGIC
+    while rel < stop and rel + header <= limit:
+        magic, size = unpack(data, rel)
+        if magic != magic_1 or size < header or rel + size > limit:
+            break
+        append(rel)
+        rel += size
+    return out
+
+
+def _header_rows(data: bytes) -> np.ndarray:
+    """Row i is the 48 bytes starting at byte i of ``data`` (for gathering headers)."""
+    count = max(len(data) - L.ENTRY_HEADER_SIZE + 1, 0)
+    return np.ndarray((count,), dtype=f"V{L.ENTRY_HEADER_SIZE}", buffer=data, strides=(1,))
 
 
 def entry_at(f: _File, start: int, position: int) -> DLedgerEntry | None:
