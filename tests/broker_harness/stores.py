@@ -380,16 +380,21 @@ def _generate_all(todo: list[str], cache: Path, log) -> dict[str, Path]:
         return path
 
     done: dict[str, Path] = {}
-    errors: list[StoreGenerationError] = []
+    failed: dict[str, StoreGenerationError] = {}
     with ThreadPoolExecutor(max_workers=max(1, min(PARALLEL, len(todo)))) as pool:
         futures = {v: pool.submit(one, v) for v in todo}
         for v, future in futures.items():
             try:
                 done[v] = future.result()
             except StoreGenerationError as error:
-                errors.append(error)
-    if errors:
-        raise errors[0]
+                failed[v] = error
+    # A scenario waits on a real broker and real consumers against deadlines; three at
+    # once on two cores once left a consumer 50 messages short of one. A variant that
+    # failed is run once more, alone, before its failure is raised.
+    for v, error in failed.items():
+        if log:
+            log(f"retrying {v} alone after: {error}")
+        done[v] = one(v)
     return done
 
 

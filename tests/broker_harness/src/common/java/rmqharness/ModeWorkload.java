@@ -25,7 +25,6 @@ import org.apache.rocketmq.client.consumer.PullStatus;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
-import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageExt;
@@ -591,40 +590,7 @@ final class ModeWorkload {
     }
 
     void sendBatch(int b) {
-        List<Message> msgs = new ArrayList<>();
-        List<Map<String, Object>> recs = new ArrayList<>();
-        for (int i = 0; i < BATCH_SIZE; i++) {
-            int n = 1000 + b * BATCH_SIZE + i;
-            String kindOfBody = i % 4 == 0 ? "binary-small" : (i == 3 ? "tiny" : "text-small");
-            byte[] body = wl.body(kindOfBody);
-            List<String> keys = wl.keysFor("dlbatch", n);
-            Map<String, String> props = wl.userProps(n, i % 2 == 0);
-            Message msg = wl.buildMessage(tMain, "batch", keys, props, body);
-            Map<String, Object> r = wl.newRecord("batch", phase(), tMain, msg, body, kindOfBody, props, keys);
-            r.put("batch", true);
-            r.put("batchId", b);
-            r.put("batchIndex", i);
-            r.put("compressedByClient", false); // the client never compresses batches
-            msgs.add(msg);
-            recs.add(r);
-        }
-        long start = System.currentTimeMillis();
-        try {
-            SendResult res = producer.send(msgs);
-            String[] offIds = res.getOffsetMsgId() == null ? new String[0] : res.getOffsetMsgId().split(",");
-            for (int i = 0; i < recs.size(); i++) {
-                Map<String, Object> r = recs.get(i);
-                wl.fillResult(r, msgs.get(i), res, start, null, null);
-                r.put("offsetMsgId", i < offIds.length ? offIds[i] : null);
-                r.put("queueOffset", res.getQueueOffset() + i);
-                r.put("batchFirstQueueOffset", res.getQueueOffset());
-            }
-        } catch (Exception e) {
-            for (int i = 0; i < recs.size(); i++) {
-                wl.fillError(recs.get(i), msgs.get(i), e, start, null);
-            }
-        }
-        wl.sent.addAll(recs);
+        wl.sendBatch(tMain, "dlbatch", phase(), b, 1000 + b * BATCH_SIZE, BATCH_SIZE);
     }
 
     String phase() {

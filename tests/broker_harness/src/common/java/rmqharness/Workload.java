@@ -727,16 +727,24 @@ final class Workload {
     }
 
     void sendBatch(int b) {
+        sendBatch(T_BATCH, "batch", "main", b, b * BATCH_SIZE, BATCH_SIZE);
+    }
+
+    /**
+     * One client batch of {@code size} messages to {@code topic} (batch number {@code b}, message numbers from
+     * {@code first}, keys {@code keyPrefix-n}), each recorded with its place in the batch and its offsets.
+     */
+    void sendBatch(String topic, String keyPrefix, String phase, int b, int first, int size) {
         List<Message> msgs = new ArrayList<>();
         List<Map<String, Object>> recs = new ArrayList<>();
-        for (int i = 0; i < BATCH_SIZE; i++) {
-            int n = b * BATCH_SIZE + i;
+        for (int i = 0; i < size; i++) {
+            int n = first + i;
             String kindOfBody = i % 4 == 0 ? "binary-small" : (i == 3 ? "tiny" : "text-small");
             byte[] body = body(kindOfBody);
-            List<String> keys = keysFor("batch", n);
+            List<String> keys = keysFor(keyPrefix, n);
             Map<String, String> props = userProps(n, i % 2 == 0);
-            Message msg = buildMessage(T_BATCH, "batch", keys, props, body);
-            Map<String, Object> r = newRecord("batch", "main", T_BATCH, msg, body, kindOfBody, props, keys);
+            Message msg = buildMessage(topic, "batch", keys, props, body);
+            Map<String, Object> r = newRecord("batch", phase, topic, msg, body, kindOfBody, props, keys);
             r.put("batch", true);
             r.put("batchId", b);
             r.put("batchIndex", i);
