@@ -160,25 +160,32 @@ def existing(path: str) -> Path:
 # --------------------------------------------------------------------------- inspect
 
 
-def rocksdb_queues(store: Path) -> set[tuple[str, int]]:
-    """The queues a RocksDB consume queue has written to (its ``max`` bounds); none when
-    the store keeps file queues."""
+def rocksdb_queues(store: Path) -> tuple[set[tuple[str, int]], str | None]:
+    """The queues a RocksDB consume queue has written to (its ``max`` bounds), and why
+    they could not be read (``rmq verify`` says more); none without such a database."""
     from rmqlib.rocksdb.consume_queue import read_bounds
     from rmqlib.rocksdb.database import is_database
 
     database = store / "consumequeue"
-    return set(read_bounds(database).max_offsets) if is_database(database) else set()
+    if not is_database(database):
+        return set(), None
+    try:
+        return set(read_bounds(database).max_offsets), None
+    except StoreError as error:
+        return set(), f"RocksDB consume queue not readable: {error.reason}"
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     from rmqlib.store.inventory import take_inventory
 
     inventory = take_inventory(existing(args.store))
-    queues = sorted(set(inventory.queues) | rocksdb_queues(inventory.root))
+    rocks, rocks_problem = (rocksdb_queues(inventory.root) if not inventory.queues
+                            else (set(), None))  # file queues: they are the queues read
+    queues = sorted(set(inventory.queues) | rocks)
     summary = {
         "store": str(inventory.root), "generation": inventory.generation,
         "evidence": inventory.evidence, "features": sorted(inventory.features),
-        "totals": inventory.totals(), "queues": len(queues),
+        "totals": inventory.totals(), "queues": len(queues), "queues_problem": rocks_problem,
         "not_decoded": [{"path": str(where), "reason": reason, "files": files, "bytes": size}
                         for where, reason, files, size in inventory.not_decoded_groups()],
     }
@@ -188,8 +195,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     print(f"store: {inventory.root}")
     print(f"generation: {inventory.generation}  ({'; '.join(inventory.evidence)})")
     print(f"features: {', '.join(sorted(inventory.features)) or 'none'}")
-    where = " (RocksDB)" if "rocksdb_consume_queue" in inventory.features else ""
+    where = " (RocksDB)" if rocks else ""
     print(f"consume queues{where}: {len(queues)} over {len({t for t, _ in queues})} topics")
+    if rocks_problem:
+        print(rocks_problem)
     for kind, total in inventory.totals().items():
         print(f"  {kind:<18} {total['files']:>6} files {total['bytes']:>14,} bytes")
     for item in summary["not_decoded"]:
