@@ -139,6 +139,8 @@ class ConfigSource:
     main_rejected: str | None = None
     tmp_present: bool = False
     notes: tuple[str, ...] = ()
+    # Entries of the table that were left out (a RocksDB value that is no JSON object).
+    left_out: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -694,10 +696,10 @@ def _rocksdb_document(path: str | Path) -> ConfigDocument | None:
         document = read_config_document(path.parent, path.name)
     except StoreError as exc:
         raise ConfigError(exc.reason, path=database) from exc
-    notes = [ROCKSDB_NOTE]
-    notes += [f"{LEFT_OUT_NOTE} {key[:80]!r}: {reason}" for key, reason in document.bad]
+    left_out = tuple(f"{LEFT_OUT_NOTE} {key[:80]!r}: {reason}" for key, reason in document.bad)
     return ConfigDocument(document.data, ConfigSource(str(path), str(database), False, None,
-                                                      False, tuple(notes)))
+                                                      False, (ROCKSDB_NOTE, *left_out),
+                                                      left_out))
 
 
 def load_topics(path: str | Path, *, missing_ok: bool = False) -> TopicsFile | None:
@@ -791,9 +793,8 @@ def load_config_dir(config_dir: str | Path) -> ConfigDir:
             result.errors[name] = exc
     for attribute, name, _ in _KNOWN:
         source = getattr(getattr(result, attribute), "source", None)
-        notes = [n for n in (source.notes if source else ()) if n.startswith(LEFT_OUT_NOTE)]
-        if notes:
-            result.left_out[name] = notes
+        if source is not None and source.left_out:
+            result.left_out[name] = list(source.left_out)
     for name in ROCKSDB_CONFIG_DIRS:
         if (config_dir / name).is_dir():
             result.unsupported.append(UnsupportedFormatError(

@@ -495,7 +495,7 @@ def _rocksdb_queue_task(task: Task, context: DecodeContext) -> Iterator[pa.Recor
         marks.append([queue.topic, queue.queue_id,
                       int(queue.queue_offset[keep - 1] + 1) * CQ_UNIT_SIZE])
         yield _assemble(columns, context.output_schema)
-    size = sum(f.stat().st_size for f in Path(task.path).iterdir() if f.is_file())
+    size = task.weight  # the database's bytes, measured when the task was planned
     # A key or value off the layout is no byte region: it is named by its ordinal among
     # the bad entries and its key's length.
     unreadable = [[number, len(bad.key), f"RocksDB {bad.family} key {bad.key[:64]!r}: "

@@ -726,8 +726,9 @@ def every_record(store: Path) -> Iterator[CommitLogRecord]:
 def records_for(store: Path, offsets: Iterable[int]) -> Iterator[CommitLogRecord]:
     from rmqlib.commitlog.records import read_record_at
 
+    directory = records_dir(store)
     for offset in offsets:
-        yield read_record_at(records_dir(store), offset)
+        yield read_record_at(directory, offset)
 
 
 Match = tuple["CommitLogRecord", "InnerMessage | None"]  # a record, or one member of it

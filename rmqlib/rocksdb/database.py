@@ -56,17 +56,6 @@ class Database:
         handle = self.families.get(family)
         return None if handle is None else handle.get(key)
 
-    def items_from(self, family: str, start: bytes) -> Iterator[tuple[bytes, bytes]]:
-        """(key, value) pairs from the first key >= ``start``, in key order."""
-        handle = self.families.get(family)
-        if handle is None:
-            return
-        it = handle.iter()
-        it.seek(start)
-        while it.valid():
-            yield it.key(), it.value()
-            it.next()
-
 
 @contextmanager
 def open_readonly(path: str | Path) -> Iterator[Database]:
