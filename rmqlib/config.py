@@ -30,8 +30,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from rmqlib.errors import ConfigError, StoreError, UnsupportedFormatError
+from rmqlib.rocksdb.config_store import CONFIG_DATABASES as ROCKSDB_CONFIG_DATABASES
 from rmqlib.rocksdb.config_store import TABLES as ROCKSDB_TABLES
-from rmqlib.rocksdb.config_store import read_config_document, rocksdb_table
+from rmqlib.rocksdb.config_store import locate_table, read_config_document
+from rmqlib.rocksdb.database import is_database
 
 T = TypeVar("T")
 
@@ -49,12 +51,9 @@ CONSUMER_FILTER_FILE = "consumerFilter.json"
 CONSUMER_ORDER_INFO_FILE = "consumerOrderInfo.json"
 TIMER_METRICS_FILE = "timermetrics"
 TRANSACTION_METRICS_FILE = "transactionMetrics"
-# RocksDB-backed metadata that replaces the JSON files (5.1.4+ / 5.3.2+), not decoded.
-# RocksDB config stores not decoded yet: configManagerVersion=v2 and the single database of
-# useSingleRocksDBForAllConfigs (the per-table v1 databases are: rmqlib.rocksdb.config_store).
-ROCKSDB_CONFIG_DIRS = ("rdb", "metadata")
-ROCKSDB_NOTE = "read from RocksDB (storeType=defaultRocksDB, configManagerVersion=v1)"
-LEFT_OUT_NOTE = "left out: the RocksDB value of key"
+# Topics, groups and offsets a 5.x broker keeps in RocksDB instead (rmqlib.rocksdb.config_store).
+ROCKSDB_NOTE = "read from RocksDB, config layout"
+LEFT_OUT_NOTE = "left out: the RocksDB record of key"
 
 # PermName bits.
 PERM_PRIORITY = 8
@@ -673,33 +672,32 @@ def parse_transaction_metrics(data: dict[str, Any]) -> Metrics:
 
 
 def _load(path: str | Path, parse: Callable[[dict[str, Any]], Any], missing_ok: bool) -> Any:
-    document = load_config_json(path, missing_ok=missing_ok or _in_rocksdb(path))
+    # A RocksDB table wins over its JSON file: a broker writes the JSON only while it runs
+    # without RocksDB config, and imports it into RocksDB when it moves to a RocksDB layout
+    # (the file is then left behind, stale; reported by load_config_dir).
+    document = _rocksdb_document(path)
     if document is None:
-        document = _rocksdb_document(path)
+        document = load_config_json(path, missing_ok=missing_ok)
     if document is None:
         return None
     return replace(_wrap(document.source, parse, document.data), source=document.source)
 
 
-def _in_rocksdb(path: str | Path) -> bool:
-    return rocksdb_table(Path(path).parent, Path(path).name) is not None
-
-
 def _rocksdb_document(path: str | Path) -> ConfigDocument | None:
-    """The file's table from the RocksDB database that replaces it (storeType=
-    defaultRocksDB), as the document the file would hold; None when there is none."""
+    """The file's table from the RocksDB database that replaces it, as the document the
+    file would hold; None when there is none."""
     path = Path(path)
-    database = rocksdb_table(path.parent, path.name)
-    if database is None:
+    location = locate_table(path.parent, path.name)
+    if location is None:
         return None
     try:
-        document = read_config_document(path.parent, path.name)
+        document = read_config_document(location)
     except StoreError as exc:
-        raise ConfigError(exc.reason, path=database) from exc
+        raise ConfigError(exc.reason, path=location.path) from exc
     left_out = tuple(f"{LEFT_OUT_NOTE} {key[:80]!r}: {reason}" for key, reason in document.bad)
-    return ConfigDocument(document.data, ConfigSource(str(path), str(database), False, None,
-                                                      False, (ROCKSDB_NOTE, *left_out),
-                                                      left_out))
+    notes = (f"{ROCKSDB_NOTE} {location.layout}", *left_out)
+    return ConfigDocument(document.data, ConfigSource(str(path), str(location.path), False,
+                                                      None, False, notes, left_out))
 
 
 def load_topics(path: str | Path, *, missing_ok: bool = False) -> TopicsFile | None:
@@ -779,10 +777,10 @@ _KNOWN: tuple[tuple[str, str, Callable[..., Any]], ...] = (
 def load_config_dir(config_dir: str | Path) -> ConfigDir:
     """Load every known config file present; failures are collected, not raised.
 
-    The RocksDB tables of ``storeType=defaultRocksDB`` (``config/topics/`` ...) stand in
-    for their missing JSON files (:mod:`rmqlib.rocksdb.config_store`); the metadata of
-    ``configManagerVersion=v2`` and of a single RocksDB for all configs are listed in
-    ``unsupported``: their content may supersede the JSON files.
+    The RocksDB tables of a 5.x broker (``config/topics/`` ..., ``config/metadata/``,
+    ``config/rdb/``) stand in for their missing JSON files
+    (:mod:`rmqlib.rocksdb.config_store`); a RocksDB config directory nothing is read from
+    (superseded by a newer layout's, or holding no database) is listed in ``unsupported``.
     """
     config_dir = Path(config_dir)
     result = ConfigDir()
@@ -795,14 +793,30 @@ def load_config_dir(config_dir: str | Path) -> ConfigDir:
         source = getattr(getattr(result, attribute), "source", None)
         if source is not None and source.left_out:
             result.left_out[name] = list(source.left_out)
-    for name in ROCKSDB_CONFIG_DIRS:
-        if (config_dir / name).is_dir():
-            result.unsupported.append(UnsupportedFormatError(
-                "RocksDB config store is not decoded", path=config_dir / name))
-    for table in ROCKSDB_TABLES:
-        path = config_dir / table.directory
-        if path.is_dir() and rocksdb_table(config_dir, table.json_file) is None:
-            result.unsupported.append(UnsupportedFormatError(
-                "a RocksDB config directory holding no database (no CURRENT file): not read",
-                path=path))
+    result.unsupported += _unread_rocksdb_config(config_dir)
     return result
+
+
+def _unread_rocksdb_config(config_dir: Path) -> list[UnsupportedFormatError]:
+    """The RocksDB config directories nothing was read from: a database superseded by a
+    newer layout's (left behind when the broker changed layout), a directory holding no
+    database."""
+    unread: dict[Path, str] = {}
+    for table in ROCKSDB_TABLES:
+        location = locate_table(config_dir, table.json_file)
+        if location is None:
+            continue
+        for path in location.superseded:
+            unread.setdefault(path, f"a RocksDB config database superseded by "
+                                    f"{location.path.name}/ ({location.layout}): not read")
+        for path in (config_dir / table.json_file,
+                     config_dir / (table.json_file + BAK_SUFFIX)):
+            if path.exists():
+                unread[path] = (f"a JSON config file superseded by the RocksDB table in "
+                                f"{location.path.name}/ ({location.layout}): not read")
+    for name in ROCKSDB_CONFIG_DATABASES:
+        path = config_dir / name
+        if path.is_dir() and not is_database(path):
+            unread[path] = ("a RocksDB config directory holding no database (no CURRENT "
+                            "file): not read")
+    return [UnsupportedFormatError(reason, path=path) for path, reason in sorted(unread.items())]

@@ -46,6 +46,9 @@ dledger_store = _load_harness_fixtures().dledger_store
 dledger5_store = _load_harness_fixtures().dledger5_store
 # The v5-rocksdb variant dir (a 5.5.0 broker with storeType=defaultRocksDB), built on first use.
 rocksdb_store = _load_harness_fixtures().rocksdb_store
+# The three RocksDB config layouts (v5-rocksdb, v5-rocksdb-single, v5-rocksdb-v2), built on
+# first use; tests using it run once per layout.
+rocksdb_config_store = _load_harness_fixtures().rocksdb_config_store
 
 
 @pytest.fixture(scope="session")

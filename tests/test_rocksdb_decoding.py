@@ -3,8 +3,8 @@
 Databases written here with the same binding in the broker's layout (hypothesis draws the
 queues) hold the decoder to the layout and to never touching the directory it reads; the
 real 5.5.0 broker's store (the harness's ``v5-rocksdb``) holds it to what the broker wrote:
-every acked message's unit, the admin API's consumer offsets, ``rmq verify`` clean, and a
-unit changed in a copy named by verify.
+every acked message's unit, ``rmq verify`` clean, and a unit changed in a copy named by
+verify. Its config in RocksDB: tests/test_rocksdb_config.py.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rmqlib.config import load_config_dir
 from rmqlib.errors import CorruptDataError
 from rmqlib.rocksdb.consume_queue import (
     BOUND_VALUE,
@@ -129,21 +128,6 @@ def test_every_acked_message_has_its_unit_in_the_real_rocksdb_queue(rocksdb_stor
         key = (stat["topic"], stat["queueId"])
         if stat["maxOffset"] > 0:
             assert scan.max_offsets[key][1] == stat["maxOffset"] - 1, key
-
-
-@pytest.mark.broker
-def test_config_from_rocksdb_equals_the_admin_view(rocksdb_store: Path) -> None:
-    store = rocksdb_store / "store"
-    assert not (store / "config" / "topics.json").exists()  # the broker wrote none
-    config = load_config_dir(store / "config")
-    assert config.errors == {} and config.unsupported == []
-    offsets = {(o.group, o.topic, o.queue_id): o.offset for o in config.consumer_offsets.offsets}
-    for want in jsonl(rocksdb_store / "truth" / "consumer_groups.jsonl"):
-        assert offsets[(want["group"], want["topic"], want["queueId"])] == \
-            want["consumerOffset"]
-    stats = {s["topic"] for s in jsonl(rocksdb_store / "truth" / "topic_stats.jsonl")}
-    assert stats <= set(config.topics.topics)
-    assert {"G_ALL", "G_HALF"} <= set(config.subscription_groups.groups)
 
 
 @pytest.mark.broker

@@ -28,6 +28,7 @@ from pipeline_nights import (
 from pipeline_nights import rows as nights_rows
 
 from jobs.lakehouse import tables as T
+from rmqlib.config import load_config_dir
 from rmqlib.rocksdb.consume_queue import UNIT_VALUE, read_queues, unit_key
 from rmqlib.rocksdb.database import INCONSISTENT_COPY
 
@@ -177,3 +178,24 @@ def test_a_copy_the_snapshot_could_not_make_consistent_is_refused_and_quarantine
               if r["severity"] == "error"}
     assert errors == {"quarantined_region"}
 
+
+
+def test_a_night_over_each_config_layout_loads_the_brokers_state(rocksdb_config_store: Path,
+                                                                  tmp_path: Path) -> None:
+    """v1 per table, v1 single database, v2: the state tables hold what the store holds,
+    and lag equals consumerProgress."""
+    store = rocksdb_config_store / "store"
+    config = write_config(tmp_path, BROKER, store)
+    run_night(config, NIGHTS["s2"], store)
+    warehouse = tmp_path / "warehouse"
+    truth = jsonl(rocksdb_config_store / "truth" / "consumer_groups.jsonl")
+    assert_progress_equals(truth, *offsets_and_lag(warehouse, BROKER, NIGHTS["s2"]))
+    on_disk = load_config_dir(store / "config")
+    loaded = rows(warehouse, T.TOPICS, snapshot_id=NIGHTS["s2"])
+    assert {r["topic"] for r in loaded} == set(on_disk.topics.topics)
+    groups = rows(warehouse, T.SUBSCRIPTION_GROUPS, snapshot_id=NIGHTS["s2"])
+    assert {r["group_name"] for r in groups} == set(on_disk.subscription_groups.groups)
+    findings = [(r["check_name"], r["severity"])
+                for r in rows(warehouse, T.CHECK_RESULTS, snapshot_id=NIGHTS["s2"])
+                if r["severity"] in ("error", "warning")]
+    assert findings == [] and rows(warehouse, T.QUARANTINE) == []

@@ -193,30 +193,33 @@ def test_consumer_offset_config_falls_back_to_bak(store_copy: Path) -> None:
     assert row["data"]["offsetTable"]
 
 
-def test_rocksdb_metadata_v2_is_present_not_decoded_and_a_double_write_is_named(
+def test_a_damaged_v2_config_database_is_a_config_error_and_a_double_write_is_named(
         store_copy: Path) -> None:
-    """5.x keeps configManagerVersion=v2 metadata in RocksDB (config/rdb/, not decoded):
-    say so, loudly. A RocksDB consume queue beside the file queues (double write) is
-    named, and the file queues stay the ones checked."""
+    """A configManagerVersion=v2 database (config/rdb/) RocksDB cannot open is an error per
+    table it stands for, naming the database: never a traceback, never silently empty. A
+    RocksDB consume queue beside the file queues (double write) is named, and the file
+    queues stay the ones checked."""
     for relative in ("consumequeue/CURRENT", "consumequeue/MANIFEST-000005",
                      "consumequeue/000004.sst", "config/rdb/CURRENT", "config/rdb/000009.log"):
         (store_copy / relative).parent.mkdir(parents=True, exist_ok=True)
         (store_copy / relative).write_bytes(b"\x00rocksdb")
+    for name in ("topics.json", "subscriptionGroup.json", "consumerOffset.json"):
+        (store_copy / "config" / name).unlink(missing_ok=True)
     inventory = take_inventory(store_copy)
     kinds = {f.path.as_posix(): f.kind for f in inventory.files
-             if f.kind in (FileKind.ROCKSDB, FileKind.ROCKSDB_CQ)}
+             if f.kind in (FileKind.ROCKSDB_CONFIG, FileKind.ROCKSDB_CQ)}
     assert kinds == {"consumequeue/CURRENT": FileKind.ROCKSDB_CQ,
                      "consumequeue/MANIFEST-000005": FileKind.ROCKSDB_CQ,
                      "consumequeue/000004.sst": FileKind.ROCKSDB_CQ,
-                     "config/rdb/CURRENT": FileKind.ROCKSDB,
-                     "config/rdb/000009.log": FileKind.ROCKSDB}
-    reasons = {f.path.as_posix(): f.not_decoded_reason for f in inventory.files}
-    assert "metadata" in reasons["config/rdb/CURRENT"]
-    result = rmq("inspect", str(store_copy))
-    assert result.returncode == 0
-    assert "present, not decoded: config" in result.stdout
+                     "config/rdb/CURRENT": FileKind.ROCKSDB_CONFIG,
+                     "config/rdb/000009.log": FileKind.ROCKSDB_CONFIG}
+    assert "rocksdb_config_v2" in inventory.features
     report = verify_store(store_copy)
-    assert report.errors == []
+    config_errors = {(Path(f.path).name, f.message.split(":")[0]) for f in report.errors
+                     if f.check == "config"}
+    assert {name for name, _ in config_errors} == {
+        "topics.json", "subscriptionGroup.json", "consumerOffset.json"}
+    assert all(reason == "RocksDB cannot open this database" for _, reason in config_errors)
     assert any("rocksdbCQDoubleWriteEnable" in f.message for f in report.warnings)
     assert report.counts["cq_units"] > 0  # the file queues, checked as always
 

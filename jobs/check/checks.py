@@ -68,6 +68,7 @@ class Check:
             min_delivery=TIME_TEXT.format(t="min(f.delivery_time)"),
             max_delivery=TIME_TEXT.format(t="max(f.delivery_time)"),
             abort="true" if scope.abort_present else "false",
+            config_v2="true" if scope.config_v2 else "false",
             taken_at=(f"TIMESTAMP '{scope.taken_at.isoformat(sep=' ')}'" if scope.taken_at
                       else "current_timestamp()"))
 
@@ -334,11 +335,12 @@ CHECKS: tuple[Check, ...] = (
                CAST(array() AS ARRAY<BIGINT>) AS sample_offsets,
                {explanation} AS explanation
         FROM rc_offsets f LEFT ANTI JOIN rc_groups g ON g.group_name = f.group_name
-        WHERE NOT f.is_lmq AND f.group_name NOT IN ({builtin})
+        WHERE NOT f.is_lmq AND f.group_name NOT IN ({builtin}) AND NOT {config_v2}
         GROUP BY f.group_name""",
         (
           "offsets of a group the broker has no subscription config for: the group was deleted, "
-          "or auto-creation of groups is off"
+          "or auto-creation of groups is off (not checked on a configManagerVersion=v2 broker, "
+          "which never writes the groups it creates itself)"
         )),
     Check("group_without_offsets", "§7", """
         SELECT '{name}' AS check_name, 'info' AS severity,

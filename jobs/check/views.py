@@ -47,6 +47,9 @@ class SnapshotScope:
     visible_snapshot_ids: tuple[str, ...]  # this snapshot and the broker's earlier ones
     # The consume queue is a RocksDB database (storeType=defaultRocksDB): see rc_bounds.
     rocksdb_queues: bool = False
+    # Its config is configManagerVersion=v2's (config/rdb), which holds only the topics and
+    # groups the admin API created: a group the broker auto-created has offsets, no config.
+    config_v2: bool = False
 
     @property
     def commitlog_bytes(self) -> int:
@@ -80,13 +83,14 @@ def snapshot_scope(registry: Registry, broker: str, snapshot_id: str) -> Snapsho
         broker, snapshot_id, mine["snapshot_seq"], mine["taken_at"],
         mine["commitlog_min_offset"] or 0, mine["commitlog_max_offset"] or 0,
         bool(mine["abort_present"]), mine["checkpoint_physic_msg_time"], visible,
-        ROCKSDB_QUEUES in (mine["features"] or ()))
+        ROCKSDB_QUEUES in (mine["features"] or ()), CONFIG_V2 in (mine["features"] or ()))
 
 
 # --------------------------------------------------------------------------- views
 
 
-ROCKSDB_QUEUES = "rocksdb_consume_queue"  # the snapshot's feature (rmqlib inventory)
+# The snapshot's features (rmqlib inventory).
+ROCKSDB_QUEUES, CONFIG_V2 = "rocksdb_consume_queue", "rocksdb_config_v2"
 
 
 def _bounds_sql(scope: SnapshotScope, cl_min: int) -> str:

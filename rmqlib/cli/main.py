@@ -433,7 +433,7 @@ def dump_index(args: argparse.Namespace) -> int:
 
 def dump_config(args: argparse.Namespace) -> int:
     from rmqlib import config as cfg
-    from rmqlib.rocksdb.config_store import TABLES, read_config_document, rocksdb_table
+    from rmqlib.rocksdb.config_store import TABLES, locate_table, read_config_document
 
     path = existing(args.path)
     files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
@@ -445,12 +445,15 @@ def dump_config(args: argparse.Namespace) -> int:
                "data": document.data}
         emit(args, row, f"== {file} (read from {document.source.used})\n"
              + json.dumps(document.data, indent=2, ensure_ascii=False))
-    tables = [t for t in TABLES if path.is_dir() and rocksdb_table(path, t.json_file)]
-    for table in tables:  # storeType=defaultRocksDB: the tables standing in for the files
-        rocks = read_config_document(path, table.json_file)
-        row = {"file": str(path / table.json_file), "source": str(rocks.path),
-               "data": rocks.data, "bad": [[k.hex(), why] for k, why in rocks.bad]}
-        emit(args, row, f"== {path / table.json_file} (read from RocksDB {rocks.path})\n"
+    locations = [locate_table(path, t.json_file) for t in TABLES] if path.is_dir() else []
+    for location in filter(None, locations):  # 5.x: the RocksDB tables standing in for files
+        rocks = read_config_document(location)
+        row = {"file": str(path / location.table.json_file), "source": str(rocks.path),
+               "layout": rocks.layout, "data": rocks.data,
+               "bad": [[k.hex(), why] for k, why in rocks.bad],
+               "superseded": [str(p) for p in location.superseded]}
+        emit(args, row, f"== {path / location.table.json_file} (read from RocksDB "
+             f"{rocks.path}, layout {rocks.layout})\n"
              + json.dumps(rocks.data, indent=2, ensure_ascii=False))
     return EXIT_OK
 

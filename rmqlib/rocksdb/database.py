@@ -45,12 +45,14 @@ class Database:
     path: Path
     families: dict[str, Any]
 
-    def items(self, family: str = "default") -> Iterator[tuple[bytes, bytes]]:
-        """Every (key, value) of a column family in key order ([] when it does not exist)."""
+    def items(self, family: str = "default", start: bytes | None = None
+              ) -> Iterator[tuple[bytes, bytes]]:
+        """Every (key, value) of a column family in key order, from the first key not
+        below ``start`` when given ([] when the family does not exist)."""
         handle = self.families.get(family)
         if handle is None:
             return iter(())
-        return iter(handle.items())
+        return iter(handle.items() if start is None else handle.items(from_key=start))
 
     def get(self, family: str, key: bytes) -> bytes | None:
         handle = self.families.get(family)

@@ -21,6 +21,7 @@ from pathlib import Path
 from rmqlib.dledger import layout as DL
 from rmqlib.errors import NotAStoreFileError
 from rmqlib.markers import MarkerContent, read_abort
+from rmqlib.rocksdb.config_store import CONFIG_DATABASES, V2_DIRECTORY
 
 SEGMENT_NAME = re.compile(r"^\d{20}$")
 INDEX_NAME = re.compile(r"^\d{17}$")
@@ -35,8 +36,8 @@ TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TIMER_TOPIC = "rmq_sys_wheel_timer"
 
 DLEDGER_PREFIX, DLEDGER_DATA, DLEDGER_INDEX = DL.DIR_PREFIX, DL.DATA_DIR, DL.INDEX_DIR
-# The per-table RocksDB config databases rmqlib.rocksdb.config_store reads.
-ROCKSDB_CONFIG_TABLES = frozenset(("topics", "subscriptionGroups", "consumerOffsets"))
+# The RocksDB config databases rmqlib.rocksdb.config_store reads.
+ROCKSDB_CONFIG_TABLES = frozenset(CONFIG_DATABASES)
 # The properties files, and the .bak DLedger's IOUtils.string2File keeps of each.
 DLEDGER_STATE_FILES = frozenset(name + suffix for name in (DL.CHECKPOINT_FILE, DL.TERM_FILE)
                                 for suffix in ("", ".bak", ".tmp"))
@@ -84,9 +85,8 @@ NOT_DECODED: dict[FileKind, str] = {
 ROCKSDB_REASONS: dict[str, str] = {
     "consumequeue": "RocksDB consume queue (5.x storeType=defaultRocksDB): present, not "
     "decoded; queue positions held only in RocksDB are not read",
-    "config": "RocksDB metadata (5.x configManagerVersion=v2 or "
-    "useSingleRocksDBForAllConfigs): present, not decoded; topics, groups or offsets held "
-    "only there are not read",
+    "config": "a RocksDB directory of config/ that is no config table's database: present, "
+    "not decoded",
     "kvStore": "RocksDB pop-consumer state (5.x kvStore): present, not decoded",
     "rocksdbstore": "RocksDB state store (5.5.x rocksdbstore/): present, not decoded",
 }
@@ -280,6 +280,8 @@ def detect_features(inventory: Inventory) -> set[str]:
         "compaction": FileKind.COMPACTION in kinds,
         "rocksdb": bool({FileKind.ROCKSDB, FileKind.ROCKSDB_CQ, FileKind.ROCKSDB_CONFIG} & kinds),
         "rocksdb_consume_queue": FileKind.ROCKSDB_CQ in kinds,
+        "rocksdb_config_v2": any(f.kind is FileKind.ROCKSDB_CONFIG
+                                 and f.path.parts[1] == V2_DIRECTORY for f in inventory.files),
         "dledger": FileKind.DLEDGER_DATA in kinds,
         "abnormal_shutdown": any(f.path == Path("abort") for f in inventory.files),
     }

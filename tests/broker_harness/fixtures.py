@@ -2,7 +2,7 @@
 
 Import into a test module (or a conftest) with ``from <this module> import broker_stores,
 growing_store, features_store, cluster_store, dledger_store,
-dledger5_store, rocksdb_store``; the module loads ``stores.py`` by
+dledger5_store, rocksdb_store, rocksdb_config_store``; the module loads ``stores.py`` by
 path, so it works whether or not ``tests`` is a package.
 """
 
@@ -106,3 +106,14 @@ def rocksdb_store() -> Path:
     (messages, consumer_groups, topic_stats, rocksdb.json, ...)."""
     return _variant(stores.ROCKSDB_VARIANT)
 
+
+
+@pytest.fixture(scope="session", params=list(stores.ROCKSDB_VARIANTS))
+def rocksdb_config_store(request: pytest.FixtureRequest) -> Path:
+    """A RocksDB variant dir, each test once per way the broker keeps its config in
+    RocksDB: ``v5-rocksdb`` (one database per table, ``config/topics/`` ...),
+    ``v5-rocksdb-single`` (``useSingleRocksDBForAllConfigs``: ``config/metadata/``) and
+    ``v5-rocksdb-v2`` (``configManagerVersion=v2``: ``config/rdb/``); the same workload,
+    and ``truth/rocksdb.json`` holds the broker's own topic and group tables
+    (``configTables``)."""
+    return _variant(request.param)

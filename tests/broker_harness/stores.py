@@ -75,8 +75,14 @@ DLEDGER_VARIANT = "v5-dledger"
 ROCKSDB_VARIANT = "v5-rocksdb"
 #: Built only on request too: the v5-dledger scenario on the 4.9.7 line (its DLedger version).
 DLEDGER4_VARIANT = "v4-dledger"
+#: Built only on request too: v5-rocksdb with the two other RocksDB config layouts, one database
+#: for every table (``useSingleRocksDBForAllConfigs``: ``config/metadata/``) and the v2 config
+#: managers (``configManagerVersion=v2``: ``config/rdb/``).
+ROCKSDB_SINGLE_VARIANT = "v5-rocksdb-single"
+ROCKSDB_V2_VARIANT = "v5-rocksdb-v2"
+ROCKSDB_VARIANTS = (ROCKSDB_VARIANT, ROCKSDB_SINGLE_VARIANT, ROCKSDB_V2_VARIANT)
 EXTRA_VARIANTS: tuple[str, ...] = (GROWING_VARIANT, FEATURES_VARIANT, CLUSTER_VARIANT,
-                                   DLEDGER_VARIANT, ROCKSDB_VARIANT, DLEDGER4_VARIANT)
+                                   DLEDGER_VARIANT, *ROCKSDB_VARIANTS, DLEDGER4_VARIANT)
 ALL_VARIANTS: tuple[str, ...] = VARIANTS + EXTRA_VARIANTS
 DEFAULT_VARIANT = "v5-clean"
 CACHE_ENV = "RMQ_STORE_CACHE"
@@ -110,7 +116,7 @@ IPV6_VARIANTS: tuple[str, ...] = (FEATURES_VARIANT,)
 #: Variants whose scenario class has its own ``main`` (everything else runs ``rmqharness.Harness``):
 #: the deployment-mode variants live entirely in ``ModeWorkload.java``, so the shared
 #: ``Harness.java`` (part of every variant's fingerprint) did not have to change for them.
-MODE_VARIANTS = (DLEDGER_VARIANT, ROCKSDB_VARIANT, DLEDGER4_VARIANT)
+MODE_VARIANTS = (DLEDGER_VARIANT, *ROCKSDB_VARIANTS, DLEDGER4_VARIANT)
 MAIN_CLASSES: dict[str, str] = dict.fromkeys(MODE_VARIANTS, "rmqharness.ModeWorkload")
 #: Scenario classes that serve several variants (others serve the variant ``*-<scenario>``).
 SCENARIO_OF: dict[str, str] = dict.fromkeys(MODE_VARIANTS, "mode")

@@ -37,18 +37,23 @@ INSTRUMENTED = [f"rmqlib.{name}" for name in (
     "commitlog.compression", "config", "queues.consumequeue", "queues.consumequeue_ext",
     "cli.dump", "common.fileio", "indexfile", "commitlog.innerbatch", "commitlog.msgid",
     "commitlog.properties", "timers.timerlog", "timers.timerwheel", "dledger.entries",
-    "dledger.arrow", "rocksdb.consume_queue")]
+    "dledger.arrow", "rocksdb.consume_queue", "rocksdb.config_store")]
 
 
-def _rocksdb_pairs(database: Path, count: int = 40) -> bytes:
-    """The fuzz target's input from a real RocksDB consume queue: ``count`` bound pairs,
-    then ``count`` unit pairs, each as key length, value length, key, value."""
+def _rocksdb_pairs(database: Path, families: tuple[str, ...] = ("offset", "default"),
+                   count: int = 40) -> bytes:
+    """A fuzz target's input from a real RocksDB database: up to ``count`` pairs of each
+    family in turn (a consume queue: its bounds, then as many units), each as key length,
+    value length, key, value (pairs over 255 bytes left out)."""
     from rmqlib.rocksdb.database import open_readonly
 
+    pairs: list[tuple[bytes, bytes]] = []
     with open_readonly(database) as db:
-        bounds = list(db.items("offset"))[:count]
-        units = list(db.items("default"))[:len(bounds)]
-    return b"".join(bytes([len(k), len(v)]) + k + v for k, v in bounds + units)
+        for family in families:
+            pairs += [(k, v) for k, v in db.items(family)
+                      if len(k) < 256 and len(v) < 256][:count]
+            count = len(pairs)
+    return b"".join(bytes([len(k), len(v)]) + k + v for k, v in pairs)
 
 
 def _seeds(target: str) -> list[tuple[str, bytes]]:
@@ -74,6 +79,9 @@ def _seeds(target: str) -> list[tuple[str, bytes]]:
                 add(f"dledger-{segment.name}", segment)
         elif target == "rocksdb_consume_queue" and (store / "consumequeue" / "CURRENT").is_file():
             seeds.append((f"{variant.name}-rocksdb-cq", _rocksdb_pairs(store / "consumequeue")))
+        elif target == "rocksdb_config_v2" and (store / "config" / "rdb" / "CURRENT").is_file():
+            seeds.append((f"{variant.name}-rdb", _rocksdb_pairs(store / "config" / "rdb",
+                                                                ("default",))))
         elif target == "consumequeue":
             for queue in sorted((store / "consumequeue").glob("*/*/*"))[:6]:
                 add(f"cq-{queue.parent.parent.name}-{queue.parent.name}", queue)
@@ -95,6 +103,14 @@ def _seeds(target: str) -> list[tuple[str, bytes]]:
         seeds.append(("encoded", encode_inner_batch(
             [(i, bytes([i]) * (3 * i), {"TAGS": f"t{i}", "UNIQ_KEY": f"U{i}"})
              for i in range(4)])))
+    if target == "rocksdb_config_v2":  # a topic, a group, an offset and a version, in order
+        records = sorted([(b"\x01\x00\x03\x02\x00\x01T", b'\x01{"topicName":"T"}'),
+                          (b"\x01\x00\x04\x02\x00\x01G", b'\x01{"groupName":"G"}'),
+                          (b"\x01\x00\x01\x02\x00\x01G\x01\x00\x01T\x01\x00\x00\x00\x02",
+                           (7).to_bytes(8, "big")),
+                          (b"\x01\x00\x03\x01data_version", bytes(24))])
+        seeds.append(("encoded", b"".join(bytes([len(k), len(v)]) + k + v
+                                          for k, v in records)))
     if target == "batchconsumequeue" or target == "consumequeue_ext":
         from store_encoders import bcq_unit, cqx_unit
 

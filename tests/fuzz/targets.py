@@ -317,6 +317,44 @@ def rocksdb_consume_queue(data: bytes) -> None:
                                         "does not re-encode to a key it came from")
 
 
+def rocksdb_config_v2(data: bytes) -> None:
+    """The v2 config database (config/rdb): the bytes cut into (key, value) pairs by 1-byte
+    lengths, kept in key order as RocksDB holds them; for every table each record of the
+    table is either in its document or reported bad, never an exception, and the consumer
+    offsets' read also reports every record of no table."""
+    from rmqlib.rocksdb import config_store as CS
+
+    records: dict[bytes, bytes] = {}
+    position = 0
+    while position + 2 <= len(data):
+        key_length, value_length = data[position], data[position + 1]
+        key = data[position + 2:position + 2 + key_length]
+        records[key] = data[position + 2 + key_length:position + 2 + key_length + value_length]
+        position += 2 + key_length + value_length
+    pairs = sorted(records.items())
+    header = CS.V2_HEADER
+    owners: dict[int, set[int]] = {t.table_id: {t.table_id} for t in CS.TABLES}
+    owners[CS.V2_CONSUMER_OFFSET].add(CS.V2_PULL_OFFSET)
+    for table in CS.TABLES:
+        start = CS.v2_start_key(table)
+        document, bad = CS.decode_v2_table(
+            table, [(k, v) for k, v in pairs if start is None or k >= start])
+        mine = [k for k, _ in pairs if len(k) >= header.size and k[0] == 1
+                and header.unpack_from(k)[1] in owners[table.table_id]]
+        quiet = [k for k in mine if header.unpack_from(k)[1] == CS.V2_PULL_OFFSET
+                 and header.unpack_from(k)[2] == CS.V2_RECORD_VERSION]
+        held = sum(len(queues) if table.table_id == CS.V2_CONSUMER_OFFSET else 1
+                   for name in (table.table, "pullOffsetTable") if name in document
+                   for queues in document[name].values())
+        held += "dataVersion" in document
+        foreign = [k for k, _ in pairs if k not in mine] if start is None else []
+        foreign = [k for k in foreign if len(k) < header.size or k[0] != 1
+                   or header.unpack_from(k)[1] not in CS.V2_TABLE_IDS]
+        if held + len(bad) + len(quiet) != len(mine) + len(foreign):
+            raise PropertyViolation(f"table {table.table_id}: {len(mine)} records and "
+                                    f"{len(foreign)} of no table, {held} read, {len(bad)} bad")
+
+
 def check_tiles(rows: list[dict], size: int) -> None:
     """Dump rows (records and regions) cover [0, size) in order, each byte once."""
     position = 0
@@ -344,7 +382,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "consumequeue_ext": consumequeue_ext, "indexfile": indexfile, "checkpoint": checkpoint,
     "config_json": config_json, "dump_commitlog": dump_commitlog, "timerlog": timerlog,
     "innerbatch": innerbatch, "dledger": dledger, "dledger_arrow": dledger_arrow,
-    "rocksdb_consume_queue": rocksdb_consume_queue,
+    "rocksdb_consume_queue": rocksdb_consume_queue, "rocksdb_config_v2": rocksdb_config_v2,
 }
 
 

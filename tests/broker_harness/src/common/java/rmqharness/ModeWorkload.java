@@ -62,7 +62,14 @@ import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
 final class ModeWorkload {
     /** The variants this class runs, and the deployment mode each one puts its broker in. */
     static final Map<String, String> MODES = Map.of("v5-dledger", "dledger", "v5-rocksdb", "rocksdb",
-        "v4-dledger", "dledger");
+        "v4-dledger", "dledger", "v5-rocksdb-single", "rocksdb", "v5-rocksdb-v2", "rocksdb");
+    /**
+     * The broker properties a variant adds to its mode's: the two other ways a RocksDB broker keeps its config
+     * (one database {@code config/metadata/} for every table; the v2 managers' {@code config/rdb/}).
+     */
+    static final Map<String, Map<String, String>> MODE_PROPERTIES = Map.of(
+        "v5-rocksdb-single", Map.of("useSingleRocksDBForAllConfigs", "true"),
+        "v5-rocksdb-v2", Map.of("configManagerVersion", "v2"));
     static final long SEED = 20240614L;
     static final String SELF_ID = "n0";
 
@@ -235,6 +242,7 @@ final class ModeWorkload {
             // configManagerVersion=v1, topics, groups and offsets in config/<name>/ RocksDB directories.
             brokerConf.put("storeType", "defaultRocksDB");
         }
+        brokerConf.putAll(MODE_PROPERTIES.getOrDefault(variant, Map.of()));
 
         Path nsConfFile = h.work.resolve("namesrv.conf");
         Path brokerConfFile = h.work.resolve("broker.conf");
@@ -294,6 +302,9 @@ final class ModeWorkload {
         wl = new Workload(h, nsAddr, brokerAddr, rnd);
         wl.admin = admin;
         wl.createTopics(topics());
+        // G_HALF is created through the admin API, G_ALL by the broker when its consumer first registers: a v2
+        // config manager persists only the first kind.
+        Compat.createGroup(admin, brokerAddr, G_HALF);
         h.mark("topicsCreated");
         startConsumers();
         h.mark("consumersStarted");
@@ -336,6 +347,7 @@ final class ModeWorkload {
         wl.snapshotTopics();
         h.mark("topicsSnapshot");
         modeTruth.put("beforeShutdown", brokerView());
+        modeTruth.put("configTables", Compat.configTables(admin, brokerAddr));
         producer.shutdown();
         admin.shutdown();
         Thread.sleep(500);

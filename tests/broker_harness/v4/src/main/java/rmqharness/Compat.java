@@ -20,6 +20,7 @@ import org.apache.rocketmq.common.message.MessageClientIDSetter;
 import org.apache.rocketmq.common.message.MessageDecoder;
 import org.apache.rocketmq.common.message.MessageQueue;
 import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
+import org.apache.rocketmq.common.subscription.SubscriptionGroupConfig;
 import org.apache.rocketmq.common.protocol.header.SendMessageRequestHeader;
 
 /** RocketMQ 4.9.x specifics: admin result classes live in org.apache.rocketmq.common.admin. */
@@ -113,5 +114,32 @@ final class Compat {
     static Map<String, String> runtimeStats(DefaultMQAdminExt admin, String brokerAddr) throws Exception {
         KVTable kv = admin.fetchBrokerRuntimeStats(brokerAddr);
         return new TreeMap<>(kv.getTable());
+    }
+
+    /** Creates (or updates) a subscription group through the admin API, as {@code mqadmin updateSubGroup} does. */
+    static void createGroup(DefaultMQAdminExt admin, String brokerAddr, String group) throws Exception {
+        SubscriptionGroupConfig config = new SubscriptionGroupConfig();
+        config.setGroupName(group);
+        admin.createAndUpdateSubscriptionGroupConfig(brokerAddr, config);
+    }
+
+    /**
+     * The broker's own topic and subscription group tables (what it serves to mqadmin), by name: for a topic its
+     * queue counts and perm, for a group its name.
+     */
+    static Map<String, Object> configTables(DefaultMQAdminExt admin, String brokerAddr) throws Exception {
+        Map<String, Object> topics = new TreeMap<>();
+        for (var e : admin.getAllTopicConfig(brokerAddr, 10_000).getTopicConfigTable().entrySet()) {
+            Map<String, Object> t = new LinkedHashMap<>();
+            t.put("readQueueNums", e.getValue().getReadQueueNums());
+            t.put("writeQueueNums", e.getValue().getWriteQueueNums());
+            t.put("perm", e.getValue().getPerm());
+            topics.put(e.getKey(), t);
+        }
+        Map<String, Object> out = new LinkedHashMap<>();
+        out.put("topics", topics);
+        out.put("groups", new ArrayList<>(new java.util.TreeSet<>(
+            admin.getAllSubscriptionGroup(brokerAddr, 10_000).getSubscriptionGroupTable().keySet())));
+        return out;
     }
 }
