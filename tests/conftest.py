@@ -49,6 +49,8 @@ rocksdb_store = _load_harness_fixtures().rocksdb_store
 # The three RocksDB config layouts (v5-rocksdb, v5-rocksdb-single, v5-rocksdb-v2), built on
 # first use; tests using it run once per layout.
 rocksdb_config_store = _load_harness_fixtures().rocksdb_config_store
+# The v5-compaction variant dir (a 5.5.0 broker with a compacted topic), built on first use.
+compaction_store = _load_harness_fixtures().compaction_store
 
 
 @pytest.fixture(scope="session")

@@ -635,13 +635,54 @@ def dump_rocksdb(args: argparse.Namespace) -> int:
     return _dump(args, "units", each)
 
 
+def dump_compaction(args: argparse.Namespace) -> int:
+    """Compacted topics (a store root or its compaction/ directory): every queue's kept
+    messages in queue-offset order (the unit and the record it points at), then every
+    disagreement between a queue's files, then the position checkpoint."""
+    from rmqlib.common.accounting import FileAccount
+    from rmqlib.compaction.layout import COMPACTION_DIR
+    from rmqlib.compaction.store import read_compaction
+
+    path = existing(args.path)
+    scan = read_compaction(path.parent if path.name == COMPACTION_DIR else path)
+
+    def each(window: Window, out: Output) -> Iterator[tuple[FileAccount, int]]:
+        for queue in scan.queues:
+            for unit in queue.units:
+                record = queue.record_of(unit)
+                row = {"kind": "unit", "topic": queue.topic, "queue_id": queue.queue_id,
+                       **dataclasses.asdict(unit),
+                       "keys": record.properties.get("KEYS") if record else None,
+                       "tags": record.properties.get("TAGS") if record else None,
+                       "msg_id": record.properties.get("UNIQ_KEY") if record else None}
+                text = (f"{queue.topic}/{queue.queue_id} offset {unit.queue_offset}: log "
+                        f"{unit.position} size {unit.size} keys {row['keys']} tags "
+                        f"{row['tags']} stored {millis(unit.store_timestamp)}")
+                if not _show(window, out, row, lambda r=row: r, lambda t=text: t):
+                    return
+            for issue in queue.issues:
+                out.unreadable += 1
+                row = {"kind": "issue", **dataclasses.asdict(issue)}
+                out.item(lambda r=row: r, lambda r=row: f"-- {r['path']}@{r['offset']}: "
+                                                        f"{r['reason']}")
+        for key, offset in sorted(scan.checkpoint.items()):
+            row = {"kind": "checkpoint", "queue": key, "compacted_to": offset}
+            out.item(lambda r=row: r, lambda r=row: f"checkpoint {r['queue']}: compacted up "
+                                                    f"to queue offset {r['compacted_to']}")
+        accounts = [a for q in scan.queues for a in q.accounts] or [FileAccount(str(path), 0)]
+        for number, account in enumerate(accounts, 1):
+            yield account, sum(len(q.units) for q in scan.queues) if number == len(accounts) else 0
+
+    return _dump(args, "units", each)
+
+
 DUMPERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "commitlog": dump_commitlog, "consumequeue": dump_consumequeue, "cq": dump_consumequeue,
     "batchconsumequeue": dump_batchconsumequeue, "bcq": dump_batchconsumequeue,
     "consumequeue_ext": dump_consumequeue_ext, "ext": dump_consumequeue_ext,
     "index": dump_index, "config": dump_config, "checkpoint": dump_checkpoint,
     "timerlog": dump_timerlog, "timerwheel": dump_timerwheel, "dledger": dump_dledger,
-    "rocksdb": dump_rocksdb,
+    "rocksdb": dump_rocksdb, "compaction": dump_compaction,
 }
 
 
@@ -840,7 +881,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     counts = report.counts
     optional = ", ".join(f"{counts[key]} {label}" for key, label in (
         ("bcq_units", "batch consume-queue units"), ("cq_ext_units", "ext addresses"),
-        ("timers_pending", "pending timer messages")) if counts.get(key))
+        ("timers_pending", "pending timer messages"),
+        ("compacted_units", "units of compacted topics")) if counts.get(key))
     print(f"verified {report.root} ({report.inventory.generation}): "
           f"{counts['commitlog_records']} commitlog records, {counts['cq_units']} "
           f"consume-queue units, {counts['index_entries']} index entries, "

@@ -67,16 +67,16 @@ class FileKind(StrEnum):
     # consumequeue/, and topics, groups and offsets in config/<table>/ (configManagerVersion=v1).
     ROCKSDB_CQ = "rocksdb_cq"
     ROCKSDB_CONFIG = "rocksdb_config"
+    # The compaction log and sparse queue of a 5.x compacted topic (rmqlib.compaction).
+    COMPACTION = "compaction"
     # Present, not decoded by rmqlib:
     ROCKSDB = "rocksdb"
-    COMPACTION = "compaction"
     HA_STATE = "ha_state"
     UNKNOWN = "unknown"
 
 
 NOT_DECODED: dict[FileKind, str] = {
     FileKind.ROCKSDB: "RocksDB data (5.x): present, not decoded",
-    FileKind.COMPACTION: "5.x compaction log of a COMPACTION topic: present, not decoded",
     FileKind.HA_STATE: "controller-mode HA state: present, not decoded",
     FileKind.UNKNOWN: "not a file a RocketMQ broker writes here",
 }

@@ -51,6 +51,8 @@ from rmqlib.common.segments import (
     segment_issues,
     unsized_last_file,
 )
+from rmqlib.compaction.layout import COMPACTION_DIR
+from rmqlib.compaction.store import read_compaction
 from rmqlib.dledger.arrow import scan_dledger_arrow
 from rmqlib.dledger.entries import DLedgerEntry
 from rmqlib.dledger.index import check_index, read_index_units, read_properties
@@ -164,6 +166,7 @@ def verify_store(root: str | Path, *, verify_crc: bool = True) -> VerifyReport:
     _check_dispatch_complete(report, facts, queues)
     _check_ext_files(report, queues)
     _check_timers(report)
+    _check_compaction(report, facts)
     _check_config(report, queues.bounds)
     return report
 
@@ -891,6 +894,52 @@ def _check_timers(report: VerifyReport) -> None:
 
 
 # --------------------------------------------------------------------------- config
+
+
+def _check_compaction(report: VerifyReport, facts: RecordFacts) -> None:
+    """Compacted topics: each queue's units against its compaction log (rmqlib.compaction),
+    and every kept record against its original in the commitlog (same topic, queue, queue
+    offset, size, store time, tags); an original retention already deleted is counted."""
+    if not (report.root / COMPACTION_DIR).is_dir():
+        return
+    scan = read_compaction(report.root)
+    for issue in scan.issues:
+        report.add(ERROR, "compaction", issue.path, issue.offset, issue.reason)
+    for queue in scan.queues:
+        for account in queue.accounts:
+            report.account(account)
+        for issue in queue.issues:
+            report.add(WARNING if issue.expected else ERROR, "compaction", issue.path,
+                       issue.offset, issue.reason)
+        rows = _original_rows(facts, queue.topic, queue.queue_id)
+        for unit in queue.units:
+            report.counts["compacted_units"] += 1
+            row = rows.get(unit.queue_offset)
+            if row is None:
+                if rows and unit.queue_offset > min(rows):  # retention deletes from the start
+                    report.add(ERROR, "compaction", unit.queue_file, unit.file_position,
+                               f"kept record of queue offset {unit.queue_offset} has no "
+                               "original in the commitlog")
+                else:
+                    report.counts["compacted_originals_deleted"] += 1
+                continue
+            original = (int(facts.total_size[row]), int(facts.store_timestamp[row]),
+                        int(facts.tags_code[row]))
+            if original != (unit.size, unit.store_timestamp, unit.tags_code):
+                report.add(ERROR, "compaction", unit.queue_file, unit.file_position,
+                           f"kept record of queue offset {unit.queue_offset} differs from its "
+                           f"original at commitlog offset {int(facts.physical_offset[row])}: "
+                           f"size, store time, tags code "
+                           f"{(unit.size, unit.store_timestamp, unit.tags_code)} != {original}")
+
+
+def _original_rows(facts: RecordFacts, topic: str, queue_id: int) -> dict[int, int]:
+    """Row of each commitlog record of one queue, by queue offset."""
+    topic_id = facts.topics.get(topic)
+    if topic_id is None:
+        return {}
+    rows = np.flatnonzero((facts.topic_id == topic_id) & (facts.queue_id == queue_id))
+    return dict(zip(facts.queue_offset[rows].tolist(), rows.tolist(), strict=True))
 
 
 def _check_config(report: VerifyReport, bounds: dict[tuple[str, int], QueueBounds]) -> None:

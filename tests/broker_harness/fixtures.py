@@ -117,3 +117,14 @@ def rocksdb_config_store(request: pytest.FixtureRequest) -> Path:
     and ``truth/rocksdb.json`` holds the broker's own topic and group tables
     (``configTables``)."""
     return _variant(request.param)
+
+
+@pytest.fixture(scope="session")
+def compaction_store() -> Path:
+    """The ``v5-compaction`` variant dir: the mode workload (``TopicCmp*``) plus
+    ``TopicCompacted`` (2 queues, ``cleanup.policy=COMPACTION``, keys k00..k49, key kNN on
+    queue NN % 2): three versions of every key before the hot copy ``snapshots/s1/store``, a
+    fourth after it, each round compacted by the broker; ``truth/compacted_sends.jsonl``
+    (every send) and ``truth/compacted_view.jsonl`` (what a consumer of each queue was
+    served at the end, pulled from offset 0). Generated on first use (~60 s)."""
+    return _variant(stores.COMPACTION_VARIANT)

@@ -81,8 +81,12 @@ DLEDGER4_VARIANT = "v4-dledger"
 ROCKSDB_SINGLE_VARIANT = "v5-rocksdb-single"
 ROCKSDB_V2_VARIANT = "v5-rocksdb-v2"
 ROCKSDB_VARIANTS = (ROCKSDB_VARIANT, ROCKSDB_SINGLE_VARIANT, ROCKSDB_V2_VARIANT)
+#: Built only on request too: the same workload plus a 2-queue topic with
+#: ``cleanup.policy=COMPACTION`` (``compaction/``), compacted twice while the broker ran.
+COMPACTION_VARIANT = "v5-compaction"
 EXTRA_VARIANTS: tuple[str, ...] = (GROWING_VARIANT, FEATURES_VARIANT, CLUSTER_VARIANT,
-                                   DLEDGER_VARIANT, *ROCKSDB_VARIANTS, DLEDGER4_VARIANT)
+                                   DLEDGER_VARIANT, *ROCKSDB_VARIANTS, DLEDGER4_VARIANT,
+                                   COMPACTION_VARIANT)
 ALL_VARIANTS: tuple[str, ...] = VARIANTS + EXTRA_VARIANTS
 DEFAULT_VARIANT = "v5-clean"
 CACHE_ENV = "RMQ_STORE_CACHE"
@@ -116,7 +120,7 @@ IPV6_VARIANTS: tuple[str, ...] = (FEATURES_VARIANT,)
 #: Variants whose scenario class has its own ``main`` (everything else runs ``rmqharness.Harness``):
 #: the deployment-mode variants live entirely in ``ModeWorkload.java``, so the shared
 #: ``Harness.java`` (part of every variant's fingerprint) did not have to change for them.
-MODE_VARIANTS = (DLEDGER_VARIANT, *ROCKSDB_VARIANTS, DLEDGER4_VARIANT)
+MODE_VARIANTS = (DLEDGER_VARIANT, *ROCKSDB_VARIANTS, DLEDGER4_VARIANT, COMPACTION_VARIANT)
 MAIN_CLASSES: dict[str, str] = dict.fromkeys(MODE_VARIANTS, "rmqharness.ModeWorkload")
 #: Scenario classes that serve several variants (others serve the variant ``*-<scenario>``).
 SCENARIO_OF: dict[str, str] = dict.fromkeys(MODE_VARIANTS, "mode")

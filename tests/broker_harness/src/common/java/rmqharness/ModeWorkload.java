@@ -62,14 +62,23 @@ import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
 final class ModeWorkload {
     /** The variants this class runs, and the deployment mode each one puts its broker in. */
     static final Map<String, String> MODES = Map.of("v5-dledger", "dledger", "v5-rocksdb", "rocksdb",
-        "v4-dledger", "dledger", "v5-rocksdb-single", "rocksdb", "v5-rocksdb-v2", "rocksdb");
+        "v4-dledger", "dledger", "v5-rocksdb-single", "rocksdb", "v5-rocksdb-v2", "rocksdb",
+        "v5-compaction", "compaction");
     /**
      * The broker properties a variant adds to its mode's: the two other ways a RocksDB broker keeps its config
      * (one database {@code config/metadata/} for every table; the v2 managers' {@code config/rdb/}).
      */
     static final Map<String, Map<String, String>> MODE_PROPERTIES = Map.of(
         "v5-rocksdb-single", Map.of("useSingleRocksDBForAllConfigs", "true"),
-        "v5-rocksdb-v2", Map.of("configManagerVersion", "v2"));
+        "v5-rocksdb-v2", Map.of("configManagerVersion", "v2"),
+        // Compaction every 2-3 s per queue, over 20-slot queue files (19 units and the end unit): a
+        // run needs two segments and never touches the last one, so a few dozen messages compact.
+        "v5-compaction", Map.of("compactionCqMappedFileSize", "920", "compactionMappedFileSize", "8192",
+            "compactionScheduleInternal", "1000", "maxOffsetMapSize", "1048576", "compactionThreadNum", "2"));
+    /** mode "compaction": the topic with {@code cleanup.policy=COMPACTION}, its queues and keys. */
+    static final String T_COMPACTED = "TopicCompacted";
+    static final int COMPACTED_QUEUES = 2;
+    static final int COMPACTED_KEYS = 50;
     static final long SEED = 20240614L;
     static final String SELF_ID = "n0";
 
@@ -116,7 +125,7 @@ final class ModeWorkload {
         this.h = h;
         this.variant = variant;
         this.mode = MODES.get(variant);
-        String prefix = "dledger".equals(mode) ? "TopicDLedger" : "TopicRocks";
+        String prefix = Map.of("dledger", "TopicDLedger", "rocksdb", "TopicRocks", "compaction", "TopicCmp").get(mode);
         this.tMain = prefix;
         this.tBulk = prefix + "Bulk";
         this.tDelay = prefix + "Delay";
@@ -237,7 +246,7 @@ final class ModeWorkload {
             brokerConf.put("dLegerGroup", Harness.BROKER_NAME);
             brokerConf.put("dLegerPeers", peers);
             brokerConf.put("dLegerSelfId", SELF_ID);
-        } else {
+        } else if ("rocksdb".equals(mode)) {
             // Consume queues in RocksDB (consumequeue/ is a RocksDB directory) and, with the default
             // configManagerVersion=v1, topics, groups and offsets in config/<name>/ RocksDB directories.
             brokerConf.put("storeType", "defaultRocksDB");
@@ -305,6 +314,9 @@ final class ModeWorkload {
         // G_HALF is created through the admin API, G_ALL by the broker when its consumer first registers: a v2
         // config manager persists only the first kind.
         Compat.createGroup(admin, brokerAddr, G_HALF);
+        if ("compaction".equals(mode)) {
+            Compat.createCompactedTopic(admin, brokerAddr, T_COMPACTED, COMPACTED_QUEUES);
+        }
         h.mark("topicsCreated");
         startConsumers();
         h.mark("consumersStarted");
@@ -325,6 +337,12 @@ final class ModeWorkload {
             ((Workload.Op) op[1]).run();
         }
         h.mark("beforeS1Produced");
+        if ("compaction".equals(mode)) {
+            for (int version = 0; version < 3; version++) {
+                sendCompactedVersion(version);
+            }
+            waitForCompaction("round A");
+        }
         waitForAll("s1", System.currentTimeMillis() + 90_000);
         h.mark("beforeS1Delivered");
         hotCopy();
@@ -335,6 +353,12 @@ final class ModeWorkload {
         h.mark("tailProduced");
         waitForAll("the end", System.currentTimeMillis() + 90_000);
         h.mark("delivered");
+        if ("compaction".equals(mode)) {
+            sendCompactedVersion(3);
+            waitForCompaction("round B");
+            pullCompacted();
+            h.mark("compacted");
+        }
         consumeHalf();
         h.mark("halfConsumed");
 
@@ -534,6 +558,108 @@ final class ModeWorkload {
             Thread.sleep(1000);
         }
         throw new Harness.HarnessError("consumer stats did not become stable");
+    }
+
+    // =================================================================== compaction
+
+    final List<Map<String, Object>> compactedSends = new ArrayList<>();
+    final List<Map<String, Object>> compactedView = new ArrayList<>();
+
+    /** One version of every key k00..k49 to the compacted topic; key kNN always to queue NN % 2. */
+    void sendCompactedVersion(int version) {
+        for (int k = 0; k < COMPACTED_KEYS; k++) {
+            String key = String.format("k%02d", k);
+            byte[] body = (key + "-v" + version + "-" + "x".repeat(rnd.nextInt(40)))
+                .getBytes(StandardCharsets.UTF_8);
+            Message msg = wl.buildMessage(T_COMPACTED, "TagV" + version, List.of(key), new LinkedHashMap<>(), body);
+            Map<String, Object> r = wl.newRecord("compacted", phase(), T_COMPACTED, msg, body, "text-small",
+                new LinkedHashMap<>(), List.of(key));
+            r.put("compactionKey", key);
+            r.put("version", version);
+            long start = System.currentTimeMillis();
+            try {
+                wl.fillResult(r, msg, producer.send(msg, Workload.BY_ARG, k), start, null, null);
+            } catch (Exception e) {
+                wl.fillError(r, msg, e, start, k % COMPACTED_QUEUES);
+            }
+            compactedSends.add(r);
+        }
+    }
+
+    /**
+     * Waits until every queue of the compacted topic was compacted up to its last full segment: the broker's
+     * {@code compaction/position-checkpoint} names, per queue, the last queue offset a run compacted, and the
+     * active segment holds at most 19 units, so a finished run leaves it at or past (messages - 20); then the
+     * file must stay the same for 4 s (a run every 2-3 s finds nothing new).
+     */
+    void waitForCompaction(String what) throws Exception {
+        Map<Integer, Long> sent = new TreeMap<>();
+        for (Map<String, Object> r : compactedSends) {
+            if (Boolean.TRUE.equals(r.get("acked"))) {
+                sent.merge((Integer) r.get("queueId"), 1L, Long::sum);
+            }
+        }
+        Path checkpoint = h.store.resolve("compaction/position-checkpoint");
+        long end = System.currentTimeMillis() + 60_000;
+        String last = null;
+        long stableSince = 0;
+        while (true) {
+            String text = Files.exists(checkpoint) ? Files.readString(checkpoint) : "";
+            boolean reached = true;
+            for (Map.Entry<Integer, Long> e : sent.entrySet()) {
+                var m = java.util.regex.Pattern.compile("\"" + T_COMPACTED + "_" + e.getKey() + "\"\\s*:\\s*(\\d+)")
+                    .matcher(text);
+                reached &= m.find() && Long.parseLong(m.group(1)) >= e.getValue() - 20;
+            }
+            if (!text.equals(last)) {
+                last = text;
+                stableSince = System.currentTimeMillis();
+            }
+            if (reached && System.currentTimeMillis() - stableSince >= 4000) {
+                notes.put("compactionCheckpoint_" + what, text);
+                Harness.log("compaction " + what + ": " + text.replaceAll("\\s+", ""));
+                return;
+            }
+            if (System.currentTimeMillis() > end || System.currentTimeMillis() > h.deadline) {
+                throw new Harness.HarnessError("compaction " + what + " did not finish: sent " + sent
+                    + ", checkpoint " + text);
+            }
+            Thread.sleep(250);
+        }
+    }
+
+    /**
+     * What a consumer of the compacted topic is served now: every queue pulled from offset 0 (the broker serves a
+     * compacted topic from its compaction log only), each message with its queue offset, its position in the
+     * compaction log (what the pulled message calls its commitlog offset) and its store size.
+     */
+    void pullCompacted() throws Exception {
+        for (int q = 0; q < COMPACTED_QUEUES; q++) {
+            MessageQueue mq = new MessageQueue(T_COMPACTED, Harness.BROKER_NAME, q);
+            long offset = 0;
+            while (true) {
+                var pr = cHalf.pull(mq, "*", offset, 32);
+                if (pr.getPullStatus() != PullStatus.FOUND) {
+                    modeTruth.put("compactedPullEnd_" + q, pr.getPullStatus() + " at " + offset
+                        + ", min " + pr.getMinOffset() + ", max " + pr.getMaxOffset());
+                    break;
+                }
+                for (MessageExt m : pr.getMsgFoundList()) {
+                    Map<String, Object> row = new LinkedHashMap<>();
+                    row.put("queueId", m.getQueueId());
+                    row.put("queueOffset", m.getQueueOffset());
+                    row.put("compactionLogPosition", m.getCommitLogOffset());
+                    row.put("storeSize", m.getStoreSize());
+                    row.put("keys", m.getKeys());
+                    row.put("tags", m.getTags());
+                    row.put("msgId", m.getMsgId());
+                    row.put("body", new String(m.getBody(), StandardCharsets.UTF_8));
+                    row.put("storeTimestamp", m.getStoreTimestamp());
+                    compactedView.add(row);
+                }
+                offset = pr.getNextBeginOffset();
+            }
+        }
     }
 
     // =================================================================== producing
@@ -789,6 +915,15 @@ final class ModeWorkload {
             run.put("counts", wl.counts(msgs, cons));
         }
         Harness.writeJsonLines(h.truth.resolve("consumer_groups.jsonl"), groupSnapshot);
+        if ("compaction".equals(mode)) {
+            for (Map<String, Object> r : compactedSends) {
+                Object id = r.get("offsetMsgId");
+                r.put("commitLogOffset", id == null ? null : Long.parseUnsignedLong(
+                    ((String) id).substring(((String) id).length() - 16), 16));
+            }
+            Harness.writeJsonLines(h.truth.resolve("compacted_sends.jsonl"), compactedSends);
+            Harness.writeJsonLines(h.truth.resolve("compacted_view.jsonl"), compactedView);
+        }
         if (!snapshot.isEmpty()) {
             Harness.writeJson(h.truth.resolve("snapshots.json"), List.of(snapshot));
         }

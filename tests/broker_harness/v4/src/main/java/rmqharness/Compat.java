@@ -142,4 +142,9 @@ final class Compat {
             admin.getAllSubscriptionGroup(brokerAddr, 10_000).getSubscriptionGroupTable().keySet())));
         return out;
     }
+
+    /** Compacted topics ({@code cleanup.policy=COMPACTION}) are a 5.x feature. */
+    static void createCompactedTopic(DefaultMQAdminExt admin, String brokerAddr, String topic, int queues) {
+        throw new UnsupportedOperationException("compacted topics need a 5.x broker");
+    }
 }

@@ -144,4 +144,13 @@ final class Compat {
             admin.getAllSubscriptionGroup(brokerAddr, 10_000).getSubscriptionGroupTable().keySet())));
         return out;
     }
+
+    /** Creates a topic whose {@code cleanup.policy} is COMPACTION (settable at creation only), as {@code
+     * mqadmin updateTopic -a +cleanup.policy=COMPACTION} does. */
+    static void createCompactedTopic(DefaultMQAdminExt admin, String brokerAddr, String topic, int queues)
+        throws Exception {
+        org.apache.rocketmq.common.TopicConfig config = new org.apache.rocketmq.common.TopicConfig(topic, queues, queues);
+        config.setAttributes(Map.of("+cleanup.policy", "COMPACTION"));
+        admin.createAndUpdateTopicConfig(brokerAddr, config);
+    }
 }
