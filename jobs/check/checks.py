@@ -493,7 +493,7 @@ CHECKS: tuple[Check, ...] = (
                slice(array_sort(collect_list(f.offset)), 1, 5) AS sample_offsets,
                {explanation} AS explanation
         FROM rc_quarantine f
-        WHERE f.reason NOT LIKE 'torn tail%' AND f.stream <> 'dledger_index'
+        WHERE f.reason NOT LIKE 'torn tail%' AND f.stream NOT IN ('dledger_index', 'compaction')
         GROUP BY f.file""",
         ("bytes that do not decode (damage inside the file): the records or units in them "
          "are missing from the tables; file positions listed")),
@@ -510,6 +510,35 @@ CHECKS: tuple[Check, ...] = (
         ("the DLedger index does not describe the log's entries: the broker's recovery "
          "checks the two against each other and a Raft follower reads entries through the "
          "index; file positions of the units listed")),
+    Check("compaction_mismatch", "docs/compaction.md", """
+        SELECT '{name}' AS check_name, 'error' AS severity, concat('file=', f.file) AS scope,
+               {no_scope}, count(*) AS affected,
+               'every unit of a compacted queue points at its record in the compaction log'
+                   AS expected,
+               concat(count(*), ' problem(s): ', substring(first(f.reason), 1, 160))
+                   AS observed,
+               slice(array_sort(collect_list(f.offset)), 1, 5) AS sample_offsets,
+               {explanation} AS explanation
+        FROM rc_quarantine f WHERE f.stream = 'compaction' GROUP BY f.file""",
+        ("a compacted queue's files disagree (a unit without its record, a record without "
+         "its unit, a file without its partner, a key kept twice): consumers of the topic "
+         "are served what the queue says, so they may miss or repeat messages; file "
+         "positions listed")),
+    Check("compacted_entry_differs", "docs/compaction.md", """
+        SELECT '{name}' AS check_name, 'error' AS severity, {queue_scope} AS scope,
+               f.topic, f.queue_id, CAST(NULL AS STRING) AS group_name,
+               count(*) AS affected,
+               'a kept message has the size and tags of its original queue unit' AS expected,
+               concat(count(*), ' kept message(s) differ from their original') AS observed,
+               {samples_q} AS sample_offsets,
+               {explanation} AS explanation
+        FROM rc_compacted f JOIN rc_qe q
+          ON q.topic = f.topic AND q.queue_id = f.queue_id AND q.queue_offset = f.queue_offset
+        WHERE q.size <> f.size OR q.tags_code <> f.tags_code
+        GROUP BY f.topic, f.queue_id""",
+        ("compaction copies a record byte for byte (only its position changes): a kept message "
+         "whose size or tags differ from the queue unit of the same queue offset is not the "
+         "message that was sent there; queue offsets listed")),
     Check("unclean_shutdown", "§6.2", """
         SELECT '{name}' AS check_name, 'warning' AS severity, 'broker' AS scope,
                {no_scope}, 1 AS affected,

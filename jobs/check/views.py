@@ -120,8 +120,8 @@ def _bounds_sql(scope: SnapshotScope, cl_min: int) -> str:
 
 # The tables the views read, each as ``rc_all_<table>``.
 SOURCES = (T.MESSAGES, T.QUEUE_ENTRIES, T.INDEX_ENTRIES, T.TOPICS, T.SUBSCRIPTION_GROUPS,
-           T.CONSUMER_OFFSETS, T.DELAY_OFFSETS, T.PENDING_TIMERS, T.QUARANTINE,
-           T.RETENTION_GAPS)
+           T.CONSUMER_OFFSETS, T.DELAY_OFFSETS, T.PENDING_TIMERS, T.COMPACTED_ENTRIES,
+           T.QUARANTINE, T.RETENTION_GAPS)
 
 
 def create_views(engine: CheckEngine, scope: SnapshotScope) -> None:
@@ -158,6 +158,8 @@ def create_views(engine: CheckEngine, scope: SnapshotScope) -> None:
             SELECT * FROM rc_all_delay_offsets WHERE broker = {b} AND snapshot_id = {s}""",
         "rc_timers": f"""
             SELECT * FROM rc_all_pending_timers WHERE broker = {b} AND snapshot_id = {s}""",
+        "rc_compacted": f"""
+            SELECT * FROM rc_all_compacted_entries WHERE broker = {b} AND snapshot_id = {s}""",
         "rc_quarantine": f"""
             SELECT * FROM rc_all_quarantine WHERE broker = {b} AND snapshot_id = {s}""",
         "rc_gaps": f"""

@@ -306,6 +306,8 @@ class SnapshotLoad:
             T.CONSUMER_OFFSETS: state_rows.consumer_offset_rows,
             T.DELAY_OFFSETS: state_rows.delay_offset_rows,
             T.PENDING_TIMERS: state_rows.pending_timer_rows,
+            T.COMPACTED_ENTRIES: lambda broker, snapshot_id, store, _config: (
+                state_rows.compacted_entry_rows(broker, snapshot_id, store, self.compaction)),
         }
         writes = {}
         for table, build in builders.items():
@@ -344,6 +346,10 @@ class SnapshotLoad:
                          skipped.reason, skipped.stream, None))
         for rel, size, reason, stream in plan.unreadable_files:
             rows.append((self.broker, self.snapshot_id, rel, 0, size, reason, stream, None))
+        for rel, offset, length, reason in state_rows.compaction_problems(self.store,
+                                                                          self.compaction):
+            rows.append((self.broker, self.snapshot_id, rel, offset, length, reason,
+                         state_rows.COMPACTION_STREAM, None))
         seen: dict[str, int] = {}
         for name, reason in self.config_problems:
             path = self.store / "config" / name
@@ -422,6 +428,7 @@ class SnapshotLoad:
                       f"#{self.seq}")
         self.config = load_config_dir(self.store / "config")
         self.config_problems = state_rows.config_problems(self.config)
+        self.compaction = state_rows.read_compaction_state(self.store)
         errors = [f"{name}: {reason}" for name, reason in self.config_problems]
         with ThreadPoolExecutor(max_workers=4) as pool:
             # Per-snapshot state needs no decoding: it is written while the executors decode.

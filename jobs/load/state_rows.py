@@ -13,12 +13,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from rmqlib.checkpoint import read_checkpoint
+from rmqlib.compaction.layout import COMPACTION_DIR
+from rmqlib.compaction.store import CompactionScan, read_compaction
 from rmqlib.config import ConfigDir, ConfigSource
 from rmqlib.errors import StoreError
 from rmqlib.markers import read_abort
 from rmqlib.store.inventory import Inventory
 
 Row = tuple[object, ...]
+# Quarantine stream of a compacted queue's unit, record or file that breaks the layout.
+COMPACTION_STREAM = "compaction"
 
 
 def utc(ms: int | None) -> datetime | None:
@@ -161,3 +165,48 @@ def newest_mtime(inventory: Inventory) -> datetime | None:
     """When a snapshot was taken, if nobody said: the newest file modification time."""
     times = [(inventory.root / f.path).stat().st_mtime for f in inventory.files]
     return datetime.fromtimestamp(max(times), tz=UTC) if times else None
+
+
+def read_compaction_state(store: Path) -> CompactionScan | None:
+    """The store's compacted queues (rmqlib.compaction), None when it has none."""
+    if not (store / COMPACTION_DIR).is_dir():
+        return None
+    return read_compaction(store)
+
+
+def compacted_entry_rows(broker: str, snapshot_id: str, store: Path,
+                         scan: CompactionScan | None) -> list[Row]:
+    """What consumers of each compacted queue are served at the snapshot: every unit of
+    its sparse queue with the KEYS and UNIQ_KEY of the record it points at (null when no
+    record is there: that unit is also a quarantine row). A damaged queue repeating a queue
+    offset keeps its first unit (the others are quarantined too)."""
+    rows: dict[tuple[str, int, int], Row] = {}
+    for queue in scan.queues if scan is not None else ():
+        for unit in queue.units:
+            record = queue.record_of(unit)
+            properties = record.properties if record is not None else {}
+            rows.setdefault((queue.topic, queue.queue_id, unit.queue_offset), (
+                broker, snapshot_id, queue.topic, queue.queue_id, unit.queue_offset,
+                unit.position, unit.size, unit.tags_code, utc(unit.store_timestamp),
+                properties.get("KEYS"), properties.get("UNIQ_KEY"),
+                _relative(store, unit.queue_file), unit.file_position))
+    return [rows[key] for key in sorted(rows)]
+
+
+def compaction_problems(store: Path, scan: CompactionScan | None
+                        ) -> list[tuple[str, int, int, str]]:
+    """(file, offset, length, reason) of everything in the compacted queues that breaks
+    their layout or pairing, for the quarantine (stream ``compaction``); what a running
+    broker leaves (a record whose unit is not written yet) is not a problem."""
+    if scan is None:
+        return []
+    issues = [*scan.issues, *(i for q in scan.queues for i in q.issues)]
+    return [(_relative(store, i.path), i.offset or 0, i.length, i.reason)
+            for i in issues if not i.expected]
+
+
+def _relative(store: Path, path: str) -> str:
+    try:
+        return Path(path).relative_to(store).as_posix()
+    except ValueError:
+        return path

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rmqlib.commitlog.records import CommitLogRecord, scan_segment
+from rmqlib.commitlog.records import CommitLogRecord, GapKind, scan_segment
 from rmqlib.common.accounting import FileAccount
 from rmqlib.common.fileio import read_bytes
 from rmqlib.compaction import layout as L
@@ -49,6 +49,7 @@ class CompactionIssue:
     offset: int | None
     reason: str
     expected: bool = False
+    length: int = 0     # the bytes concerned, when known (a unit, a record, a region)
 
 
 @dataclass
@@ -61,6 +62,9 @@ class CompactedQueue:
     records: dict[int, CommitLogRecord] = field(default_factory=dict)  # by log position
     accounts: list[FileAccount] = field(default_factory=list)
     issues: list[CompactionIssue] = field(default_factory=list)
+    # Unreadable regions a running broker leaves (a half-written record at the end of the
+    # active segment), by file: (offset, length).
+    torn_tails: dict[str, frozenset[tuple[int, int]]] = field(default_factory=dict)
 
     def record_of(self, unit: CompactedUnit) -> CommitLogRecord | None:
         return self.records.get(unit.position)
@@ -120,7 +124,7 @@ def _duplicate_keys(queue: CompactedQueue, compacted_to: int) -> list[Compaction
             issues.append(CompactionIssue(
                 unit.queue_file, unit.file_position,
                 f"key {key!r} kept twice in the compacted part (queue offsets {seen[key]} and "
-                f"{unit.queue_offset}, compacted up to {compacted_to})"))
+                f"{unit.queue_offset}, compacted up to {compacted_to})", length=L.UNIT_SIZE))
         seen[key] = unit.queue_offset
     return issues
 
@@ -189,8 +193,13 @@ def _read_log_segment(path: Path, queue: CompactedQueue, verify_crc: bool) -> No
         return
     result = segment.result
     queue.accounts.append(result.account)
-    for gap in result.corrupt:
-        queue.issues.append(CompactionIssue(str(path), gap.offset, gap.reason))
+    for gap in result.gaps:
+        if gap.kind in (GapKind.CORRUPT, GapKind.TORN_TAIL):
+            torn = gap.kind is GapKind.TORN_TAIL
+            queue.issues.append(CompactionIssue(str(path), gap.offset, gap.reason,
+                                                expected=torn, length=gap.length))
+            if torn:
+                queue.torn_tails[str(path)] = frozenset({(gap.offset, gap.length)})
     for failed in result.body_crc_failures:
         queue.issues.append(CompactionIssue(str(path), failed, "BODYCRC mismatch"))
 
@@ -200,11 +209,13 @@ def _read_queue_file(path: Path, queue: CompactedQueue) -> None:
     queue.units += units
     queue.accounts.append(account)
     for region in account.unreadable:
-        queue.issues.append(CompactionIssue(str(path), region.offset, region.reason))
+        queue.issues.append(CompactionIssue(str(path), region.offset, region.reason,
+                                            length=region.length))
     for unit in units:
         if unit.batch_size != 1:
             queue.issues.append(CompactionIssue(str(path), unit.file_position,
-                                                f"batch size {unit.batch_size}, not 1"))
+                                                f"batch size {unit.batch_size}, not 1",
+                                                length=L.UNIT_SIZE))
 
 
 def decode_queue_bytes(data: bytes, path: str) -> tuple[list[CompactedUnit], FileAccount]:
@@ -244,14 +255,16 @@ def _pair(queue: CompactedQueue) -> None:
         if previous is not None and unit.queue_offset <= previous.queue_offset:
             queue.issues.append(CompactionIssue(
                 unit.queue_file, unit.file_position,
-                f"queue offset {unit.queue_offset} after {previous.queue_offset}"))
+                f"queue offset {unit.queue_offset} after {previous.queue_offset}",
+                length=L.UNIT_SIZE))
         previous = unit
         pointed.add(unit.position)
         record = queue.record_of(unit)
         problem = _unit_mismatch(unit, record, queue) if record else \
             f"no record starts at position {unit.position} of the compaction log"
         if problem:
-            queue.issues.append(CompactionIssue(unit.queue_file, unit.file_position, problem))
+            queue.issues.append(CompactionIssue(unit.queue_file, unit.file_position, problem,
+                                                length=L.UNIT_SIZE))
     last_unit = max(pointed, default=-1)
     for position, record in sorted(queue.records.items()):
         if position not in pointed:
@@ -261,7 +274,7 @@ def _pair(queue: CompactedQueue) -> None:
                 record.path, record.position,
                 f"record of queue offset {record.queue_offset} has no unit in the queue"
                 + (" (yet: it follows the last unit)" if position > last_unit else ""),
-                expected=position > last_unit))
+                expected=position > last_unit, length=record.total_size))
 
 
 def _unit_mismatch(unit: CompactedUnit, record: CommitLogRecord,

@@ -907,7 +907,7 @@ def _check_compaction(report: VerifyReport, facts: RecordFacts) -> None:
         report.add(ERROR, "compaction", issue.path, issue.offset, issue.reason)
     for queue in scan.queues:
         for account in queue.accounts:
-            report.account(account)
+            report.account(account, queue.torn_tails.get(account.path, frozenset()))
         for issue in queue.issues:
             report.add(WARNING if issue.expected else ERROR, "compaction", issue.path,
                        issue.offset, issue.reason)
