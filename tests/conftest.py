@@ -51,6 +51,9 @@ rocksdb_store = _load_harness_fixtures().rocksdb_store
 rocksdb_config_store = _load_harness_fixtures().rocksdb_config_store
 # The v5-compaction variant dir (a 5.5.0 broker with a compacted topic), built on first use.
 compaction_store = _load_harness_fixtures().compaction_store
+# The v5-controller variant dir (a 5.5.0 broker in controller mode, restarted once: two
+# epochs in epochFileCheckpoint, brokerIdentity), built on first use.
+controller_store = _load_harness_fixtures().controller_store
 
 
 @pytest.fixture(scope="session")

@@ -493,7 +493,8 @@ CHECKS: tuple[Check, ...] = (
                slice(array_sort(collect_list(f.offset)), 1, 5) AS sample_offsets,
                {explanation} AS explanation
         FROM rc_quarantine f
-        WHERE f.reason NOT LIKE 'torn tail%' AND f.stream NOT IN ('dledger_index', 'compaction')
+        WHERE f.reason NOT LIKE 'torn tail%'
+          AND f.stream NOT IN ('dledger_index', 'compaction', 'controller')
         GROUP BY f.file""",
         ("bytes that do not decode (damage inside the file): the records or units in them "
          "are missing from the tables; file positions listed")),
@@ -539,6 +540,45 @@ CHECKS: tuple[Check, ...] = (
         ("compaction copies a record byte for byte (only its position changes): a kept message "
          "whose size or tags differ from the queue unit of the same queue offset is not the "
          "message that was sent there; queue offsets listed")),
+    Check("epoch_file_unreadable", "docs/controller.md", """
+        SELECT '{name}' AS check_name, 'error' AS severity, concat('file=', f.file) AS scope,
+               {no_scope}, count(*) AS affected,
+               'epochFileCheckpoint and brokerIdentity read as the broker reads them' AS expected,
+               concat(count(*), ' problem(s): ', substring(first(f.reason), 1, 160))
+                   AS observed,
+               slice(array_sort(collect_list(f.offset)), 1, 5) AS sample_offsets,
+               {explanation} AS explanation
+        FROM rc_quarantine f WHERE f.stream = 'controller' GROUP BY f.file""",
+        ("a controller-mode file the broker cannot use as it is: an epoch file it falls back "
+         "from (to the .bak, losing the terms written since), one it cannot start with, or an "
+         "identity it discards (it then registers as a new replica); positions listed")),
+    Check("epoch_history_broken", "docs/controller.md", """
+        SELECT '{name}' AS check_name, 'error' AS severity, 'broker' AS scope,
+               {no_scope}, count(*) AS affected,
+               'epochs and their start offsets increase, and no term starts past the commitlog'
+                   AS expected,
+               concat(count(*), ' term(s) out of order or past the commitlog end') AS observed,
+               slice(array_sort(collect_list(CAST(f.epoch AS BIGINT))), 1, 5)
+                   AS sample_offsets,
+               {explanation} AS explanation
+        FROM (SELECT e.*, lag(e.epoch) OVER (ORDER BY e.epoch) AS previous_epoch,
+                     lag(e.start_offset) OVER (ORDER BY e.epoch) AS previous_start
+              FROM rc_epochs e) f
+        WHERE f.start_offset <= f.previous_start OR f.start_offset > {cl_max}
+        HAVING count(*) > 0""",
+        ("the epoch history does not describe this commitlog: a master that truncates by it "
+         "(or a slave that follows it) would cut or keep the wrong bytes; epochs listed")),
+    Check("master_term_changed", "docs/controller.md", """
+        SELECT '{name}' AS check_name, 'info' AS severity, 'broker' AS scope,
+               {no_scope}, 1 AS affected,
+               concat('master term ', max(b.epoch), ' as at the previous snapshot') AS expected,
+               concat('master term ', (SELECT max(epoch) FROM rc_epochs)) AS observed,
+               CAST(array() AS ARRAY<BIGINT>) AS sample_offsets,
+               {explanation} AS explanation
+        FROM rc_epochs_before b
+        HAVING max(b.epoch) < (SELECT max(epoch) FROM rc_epochs)""",
+        ("the broker set elected a master again since the previous snapshot (a failover, or "
+         "a restart of its master): the terms since then are in broker_epochs")),
     Check("unclean_shutdown", "§6.2", """
         SELECT '{name}' AS check_name, 'warning' AS severity, 'broker' AS scope,
                {no_scope}, 1 AS affected,

@@ -121,7 +121,7 @@ def _bounds_sql(scope: SnapshotScope, cl_min: int) -> str:
 # The tables the views read, each as ``rc_all_<table>``.
 SOURCES = (T.MESSAGES, T.QUEUE_ENTRIES, T.INDEX_ENTRIES, T.TOPICS, T.SUBSCRIPTION_GROUPS,
            T.CONSUMER_OFFSETS, T.DELAY_OFFSETS, T.PENDING_TIMERS, T.COMPACTED_ENTRIES,
-           T.QUARANTINE, T.RETENTION_GAPS)
+           T.BROKER_EPOCHS, T.QUARANTINE, T.RETENTION_GAPS)
 
 
 def create_views(engine: CheckEngine, scope: SnapshotScope) -> None:
@@ -160,6 +160,12 @@ def create_views(engine: CheckEngine, scope: SnapshotScope) -> None:
             SELECT * FROM rc_all_pending_timers WHERE broker = {b} AND snapshot_id = {s}""",
         "rc_compacted": f"""
             SELECT * FROM rc_all_compacted_entries WHERE broker = {b} AND snapshot_id = {s}""",
+        "rc_epochs": f"""
+            SELECT * FROM rc_all_broker_epochs WHERE broker = {b} AND snapshot_id = {s}""",
+        # The broker's epochs at its earlier snapshots (for a failover since then).
+        "rc_epochs_before": f"""
+            SELECT * FROM rc_all_broker_epochs
+            WHERE broker = {b} AND snapshot_id IN ({visible}) AND snapshot_id <> {s}""",
         "rc_quarantine": f"""
             SELECT * FROM rc_all_quarantine WHERE broker = {b} AND snapshot_id = {s}""",
         "rc_gaps": f"""

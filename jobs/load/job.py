@@ -308,6 +308,8 @@ class SnapshotLoad:
             T.PENDING_TIMERS: state_rows.pending_timer_rows,
             T.COMPACTED_ENTRIES: lambda broker, snapshot_id, store, _config: (
                 state_rows.compacted_entry_rows(broker, snapshot_id, store, self.compaction)),
+            T.BROKER_EPOCHS: lambda broker, snapshot_id, store, _config: (
+                state_rows.broker_epoch_rows(broker, snapshot_id, store, self.controller)),
         }
         writes = {}
         for table, build in builders.items():
@@ -350,6 +352,10 @@ class SnapshotLoad:
                                                                           self.compaction):
             rows.append((self.broker, self.snapshot_id, rel, offset, length, reason,
                          state_rows.COMPACTION_STREAM, None))
+        for rel, offset, length, reason in (self.controller.problems if self.controller
+                                            else ()):
+            rows.append((self.broker, self.snapshot_id, rel, offset, length, reason,
+                         state_rows.CONTROLLER_STREAM, None))
         seen: dict[str, int] = {}
         for name, reason in self.config_problems:
             path = self.store / "config" / name
@@ -429,6 +435,7 @@ class SnapshotLoad:
         self.config = load_config_dir(self.store / "config")
         self.config_problems = state_rows.config_problems(self.config)
         self.compaction = state_rows.read_compaction_state(self.store)
+        self.controller = state_rows.read_controller_state(self.store)
         errors = [f"{name}: {reason}" for name, reason in self.config_problems]
         with ThreadPoolExecutor(max_workers=4) as pool:
             # Per-snapshot state needs no decoding: it is written while the executors decode.

@@ -9,6 +9,7 @@ checks them against it.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -16,6 +17,15 @@ from rmqlib.checkpoint import read_checkpoint
 from rmqlib.compaction.layout import COMPACTION_DIR
 from rmqlib.compaction.store import CompactionScan, read_compaction
 from rmqlib.config import ConfigDir, ConfigSource
+from rmqlib.controller import BAK_SUFFIX as EPOCH_BAK_SUFFIX
+from rmqlib.controller import (
+    EPOCH_FILE,
+    IDENTITY_FILE,
+    BrokerIdentity,
+    EpochFile,
+    read_broker_identity,
+    read_epoch_file,
+)
 from rmqlib.errors import StoreError
 from rmqlib.markers import read_abort
 from rmqlib.store.inventory import Inventory
@@ -23,6 +33,8 @@ from rmqlib.store.inventory import Inventory
 Row = tuple[object, ...]
 # Quarantine stream of a compacted queue's unit, record or file that breaks the layout.
 COMPACTION_STREAM = "compaction"
+# Quarantine stream of controller mode's files (epochFileCheckpoint, brokerIdentity).
+CONTROLLER_STREAM = "controller"
 
 
 def utc(ms: int | None) -> datetime | None:
@@ -210,3 +222,61 @@ def _relative(store: Path, path: str) -> str:
         return Path(path).relative_to(store).as_posix()
     except ValueError:
         return path
+
+
+@dataclass
+class ControllerState:
+    """A controller-mode broker's epoch history and identity, and what could not be read
+    of them (file, offset, length, reason) for the quarantine (stream ``controller``)."""
+
+    epochs: EpochFile | None = None
+    identity: BrokerIdentity | None = None
+    problems: list[tuple[str, int, int, str]] = field(default_factory=list)
+
+
+def read_controller_state(store: Path) -> ControllerState | None:
+    """epochFileCheckpoint (or the .bak the broker would fall back to) and brokerIdentity;
+    None for a broker not in controller mode (neither file)."""
+    epoch_files = [store / EPOCH_FILE, store / (EPOCH_FILE + EPOCH_BAK_SUFFIX)]
+    if not any(p.exists() for p in epoch_files) and not (store / IDENTITY_FILE).exists():
+        return None
+    state = ControllerState()
+    accounts = []
+    if any(p.exists() for p in epoch_files):
+        try:
+            state.epochs = read_epoch_file(store / EPOCH_FILE)
+            accounts += state.epochs.accounts
+        except StoreError as error:
+            state.problems.append(_problem(store, error))
+    if (store / IDENTITY_FILE).is_file():
+        try:
+            state.identity = read_broker_identity(store / IDENTITY_FILE)
+            accounts.append(state.identity.account)
+        except StoreError as error:
+            state.problems.append(_problem(store, error))
+    state.problems += [(_relative(store, r.path), r.offset, r.length, r.reason)
+                       for account in accounts for r in account.unreadable]
+    return state
+
+
+def _problem(store: Path, error: StoreError) -> tuple[str, int, int, str]:
+    path = Path(error.path) if error.path else store / EPOCH_FILE
+    size = path.stat().st_size if path.is_file() else 0
+    return (_relative(store, str(path)), error.offset or 0, size - (error.offset or 0),
+            error.reason)
+
+
+def broker_epoch_rows(broker: str, snapshot_id: str, store: Path,
+                      state: ControllerState | None) -> list[Row]:
+    """One row per master term the broker would load, with its commitlog range and the
+    broker's controller-assigned identity."""
+    if state is None or state.epochs is None:
+        return []
+    identity = state.identity
+    used = _relative(store, state.epochs.used_path or str(store / EPOCH_FILE))
+    rows: dict[int, Row] = {}
+    for entry in state.epochs.entries:
+        rows.setdefault(entry.epoch, (
+            broker, snapshot_id, entry.epoch, entry.start_offset, entry.end_offset, used,
+            identity.broker_id if identity else None, identity.cluster if identity else None))
+    return [rows[epoch] for epoch in sorted(rows)]

@@ -676,13 +676,62 @@ def dump_compaction(args: argparse.Namespace) -> int:
     return _dump(args, "units", each)
 
 
+def dump_controller(args: argparse.Namespace) -> int:
+    """Controller mode (a store root): the epoch history the broker would load (from
+    epochFileCheckpoint, or its .bak when the broker would fall back), each entry with the
+    commitlog range it covers, then the broker's identity files."""
+    from rmqlib.common.accounting import FileAccount
+    from rmqlib.controller import (
+        EPOCH_FILE,
+        IDENTITY_FILE,
+        TEMP_IDENTITY_FILE,
+        read_broker_identity,
+        read_epoch_file,
+    )
+
+    root = existing(args.path)
+    root = root.parent if root.is_file() else root
+
+    def each(window: Window, out: Output) -> Iterator[tuple[FileAccount, int]]:
+        epochs = read_epoch_file(root / EPOCH_FILE)
+        for entry in epochs.entries:
+            row = {"kind": "epoch", "epoch": entry.epoch, "start_offset": entry.start_offset,
+                   "end_offset": entry.end_offset, "source": epochs.source}
+            text = (f"epoch {entry.epoch}: commitlog [{entry.start_offset}, "
+                    f"{'end' if entry.end_offset is None else entry.end_offset})")
+            if not _show(window, out, row, lambda r=row: r, lambda t=text: t):
+                return
+        if epochs.fallback:
+            row = {"kind": "fallback", "used": epochs.used_path, "reason": epochs.fallback}
+            out.item(lambda r=row: r, lambda r=row: f"-- read {r['used']}: {r['reason']}")
+        for finding in epochs.findings:
+            row = {"kind": "finding", **dataclasses.asdict(finding)}
+            out.item(lambda r=row: r, lambda r=row: f"-- {r['severity']} {r['code']}: "
+                                                    f"{r['message']}")
+        accounts = list(epochs.accounts)
+        for name in (IDENTITY_FILE, TEMP_IDENTITY_FILE):
+            if (root / name).is_file():
+                identity = read_broker_identity(root / name)
+                row = {"kind": "identity", "file": name, "cluster": identity.cluster,
+                       "broker_name": identity.broker_name, "broker_id": identity.broker_id,
+                       "register_check_code": identity.register_check_code}
+                out.item(lambda r=row: r, lambda r=row: (
+                    f"{r['file']}: cluster {r['cluster']}, broker {r['broker_name']}, replica "
+                    f"id {r['broker_id']}"))
+                accounts.append(identity.account)
+        for number, account in enumerate(accounts or [FileAccount(str(root), 0)], 1):
+            yield account, len(epochs.entries) if number == max(len(accounts), 1) else 0
+
+    return _dump(args, "epochs", each)
+
+
 DUMPERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "commitlog": dump_commitlog, "consumequeue": dump_consumequeue, "cq": dump_consumequeue,
     "batchconsumequeue": dump_batchconsumequeue, "bcq": dump_batchconsumequeue,
     "consumequeue_ext": dump_consumequeue_ext, "ext": dump_consumequeue_ext,
     "index": dump_index, "config": dump_config, "checkpoint": dump_checkpoint,
     "timerlog": dump_timerlog, "timerwheel": dump_timerwheel, "dledger": dump_dledger,
-    "rocksdb": dump_rocksdb, "compaction": dump_compaction,
+    "rocksdb": dump_rocksdb, "compaction": dump_compaction, "controller": dump_controller,
 }
 
 
@@ -882,7 +931,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     optional = ", ".join(f"{counts[key]} {label}" for key, label in (
         ("bcq_units", "batch consume-queue units"), ("cq_ext_units", "ext addresses"),
         ("timers_pending", "pending timer messages"),
-        ("compacted_units", "units of compacted topics")) if counts.get(key))
+        ("compacted_units", "units of compacted topics"),
+        ("epochs", "controller epochs")) if counts.get(key))
     print(f"verified {report.root} ({report.inventory.generation}): "
           f"{counts['commitlog_records']} commitlog records, {counts['cq_units']} "
           f"consume-queue units, {counts['index_entries']} index entries, "

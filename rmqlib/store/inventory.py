@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from rmqlib.controller import BAK_SUFFIX as EPOCH_BAK_SUFFIX
+from rmqlib.controller import EPOCH_FILE, IDENTITY_FILE, TEMP_IDENTITY_FILE
 from rmqlib.dledger import layout as DL
 from rmqlib.errors import NotAStoreFileError
 from rmqlib.markers import MarkerContent, read_abort
@@ -69,15 +71,15 @@ class FileKind(StrEnum):
     ROCKSDB_CONFIG = "rocksdb_config"
     # The compaction log and sparse queue of a 5.x compacted topic (rmqlib.compaction).
     COMPACTION = "compaction"
+    # Controller mode's epochFileCheckpoint and brokerIdentity (rmqlib.controller).
+    HA_STATE = "ha_state"
     # Present, not decoded by rmqlib:
     ROCKSDB = "rocksdb"
-    HA_STATE = "ha_state"
     UNKNOWN = "unknown"
 
 
 NOT_DECODED: dict[FileKind, str] = {
     FileKind.ROCKSDB: "RocksDB data (5.x): present, not decoded",
-    FileKind.HA_STATE: "controller-mode HA state: present, not decoded",
     FileKind.UNKNOWN: "not a file a RocketMQ broker writes here",
 }
 
@@ -201,9 +203,10 @@ def _classify_root_file(name: str) -> FileKind:
         "abort.bak": FileKind.ABORT,
         "lock": FileKind.LOCK,
         "timerwheel": FileKind.TIMER_WHEEL,
-        "epochFileCheckpoint": FileKind.HA_STATE,
-        "epochFileCheckpoint.bak": FileKind.HA_STATE,
-        "brokerIdentity": FileKind.HA_STATE,
+        EPOCH_FILE: FileKind.HA_STATE,
+        EPOCH_FILE + EPOCH_BAK_SUFFIX: FileKind.HA_STATE,
+        IDENTITY_FILE: FileKind.HA_STATE,
+        TEMP_IDENTITY_FILE: FileKind.HA_STATE,
     }.get(name, FileKind.UNKNOWN)
 
 

@@ -53,6 +53,16 @@ from rmqlib.common.segments import (
 )
 from rmqlib.compaction.layout import COMPACTION_DIR
 from rmqlib.compaction.store import read_compaction
+from rmqlib.controller import BAK_SUFFIX as EPOCH_BAK_SUFFIX
+from rmqlib.controller import (
+    EPOCH_FILE,
+    IDENTITY_FILE,
+    TEMP_IDENTITY_FILE,
+    check_epochs,
+    check_identity,
+    read_broker_identity,
+    read_epoch_file,
+)
 from rmqlib.dledger.arrow import scan_dledger_arrow
 from rmqlib.dledger.entries import DLedgerEntry
 from rmqlib.dledger.index import check_index, read_index_units, read_properties
@@ -167,6 +177,7 @@ def verify_store(root: str | Path, *, verify_crc: bool = True) -> VerifyReport:
     _check_ext_files(report, queues)
     _check_timers(report)
     _check_compaction(report, facts)
+    _check_controller(report, facts)
     _check_config(report, queues.bounds)
     return report
 
@@ -931,6 +942,55 @@ def _check_compaction(report: VerifyReport, facts: RecordFacts) -> None:
                            f"original at commitlog offset {int(facts.physical_offset[row])}: "
                            f"size, store time, tags code "
                            f"{(unit.size, unit.store_timestamp, unit.tags_code)} != {original}")
+
+
+def _check_controller(report: VerifyReport, facts: RecordFacts) -> None:
+    """Controller mode: the epoch history (rmqlib.controller) against the commitlog's
+    first offset and end and topics.json's stateVersion, and the broker's identity."""
+    root = report.root
+    if (root / EPOCH_FILE).exists() or (root / (EPOCH_FILE + EPOCH_BAK_SUFFIX)).exists():
+        try:
+            epochs = read_epoch_file(root / EPOCH_FILE)
+        except StoreError as error:
+            report.add(ERROR, "controller", error.path, error.offset, error.reason)
+        else:
+            for account in epochs.accounts:
+                report.account(account)
+            report.counts["epochs"] = len(epochs.entries)
+            first, end = _commitlog_span(facts)
+            topics = cfg.load_topics(root / "config" / cfg.TOPICS_FILE, missing_ok=True) \
+                if (root / "config").is_dir() else None
+            state = topics.data_version.state_version if topics and topics.data_version \
+                else None
+            _report_controller(report, epochs.used_path or str(root / EPOCH_FILE),
+                               check_epochs(epochs, first, end, state_version=state))
+    for name in (IDENTITY_FILE, TEMP_IDENTITY_FILE):
+        if (root / name).is_file():
+            try:
+                identity = read_broker_identity(root / name)
+            except StoreError as error:
+                report.add(ERROR, "controller", error.path, error.offset, error.reason)
+                continue
+            report.account(identity.account)
+            _report_controller(report, root / name, check_identity(identity))
+
+
+def _report_controller(report: VerifyReport, path: object, findings: list) -> None:
+    """rmqlib.controller's findings: errors and warnings as such, the rest counted."""
+    for finding in findings:
+        if finding.severity in (ERROR, WARNING):
+            report.add(finding.severity, "controller", path, None,
+                       f"{finding.code}: {finding.message}")
+        else:
+            report.counts[f"controller_{finding.code}"] += 1
+
+
+def _commitlog_span(facts: RecordFacts) -> tuple[int | None, int | None]:
+    """The first record's offset and the end of the last one (None for no records)."""
+    if not len(facts.physical_offset):
+        return None, None
+    return (int(facts.physical_offset[0]),
+            int(facts.physical_offset[-1]) + int(facts.total_size[-1]))
 
 
 def _original_rows(facts: RecordFacts, topic: str, queue_id: int) -> dict[int, int]:

@@ -120,6 +120,20 @@ def rocksdb_config_store(request: pytest.FixtureRequest) -> Path:
 
 
 @pytest.fixture(scope="session")
+def controller_store() -> Path:
+    """The ``v5-controller`` variant dir: ``store/`` (one 5.5.0 broker in controller mode
+    under the name server's embedded DLedger controller, stopped and restarted: its
+    ``epochFileCheckpoint`` holds two epochs, ``.bak`` the first, ``brokerIdentity`` replica
+    id 1; clean shutdown), ``snapshots/run1/store`` (the same store after the first stop: one
+    epoch, no ``.bak``) and ``truth/`` (messages with ``brokerRun``/``masterEpoch``,
+    consumer_groups, topic_stats, controller.json with the admin API's epoch cache and
+    SyncStateSet before each stop, and the 5.5.0 readers' verdicts on damaged copies:
+    epoch_reader_cases.jsonl, identity_reader_cases.jsonl; the broker's own starts on an
+    emptied and a CRC-broken epoch file: damagedStarts). Generated on first use (~90 s)."""
+    return _variant(stores.CONTROLLER_VARIANT)
+
+
+@pytest.fixture(scope="session")
 def compaction_store() -> Path:
     """The ``v5-compaction`` variant dir: the mode workload (``TopicCmp*``) plus
     ``TopicCompacted`` (2 queues, ``cleanup.policy=COMPACTION``, keys k00..k49, key kNN on

@@ -84,9 +84,13 @@ ROCKSDB_VARIANTS = (ROCKSDB_VARIANT, ROCKSDB_SINGLE_VARIANT, ROCKSDB_V2_VARIANT)
 #: Built only on request too: the same workload plus a 2-queue topic with
 #: ``cleanup.policy=COMPACTION`` (``compaction/``), compacted twice while the broker ran.
 COMPACTION_VARIANT = "v5-compaction"
+#: Built only on request too: one 5.5.0 broker in controller mode (the name server's embedded
+#: DLedger controller), stopped and restarted on the same store: ``epochFileCheckpoint`` with
+#: two epochs (+ ``.bak``) and ``brokerIdentity`` (``ControllerWorkload.java``, own ``main``).
+CONTROLLER_VARIANT = "v5-controller"
 EXTRA_VARIANTS: tuple[str, ...] = (GROWING_VARIANT, FEATURES_VARIANT, CLUSTER_VARIANT,
                                    DLEDGER_VARIANT, *ROCKSDB_VARIANTS, DLEDGER4_VARIANT,
-                                   COMPACTION_VARIANT)
+                                   COMPACTION_VARIANT, CONTROLLER_VARIANT)
 ALL_VARIANTS: tuple[str, ...] = VARIANTS + EXTRA_VARIANTS
 DEFAULT_VARIANT = "v5-clean"
 CACHE_ENV = "RMQ_STORE_CACHE"
@@ -122,6 +126,7 @@ IPV6_VARIANTS: tuple[str, ...] = (FEATURES_VARIANT,)
 #: ``Harness.java`` (part of every variant's fingerprint) did not have to change for them.
 MODE_VARIANTS = (DLEDGER_VARIANT, *ROCKSDB_VARIANTS, DLEDGER4_VARIANT, COMPACTION_VARIANT)
 MAIN_CLASSES: dict[str, str] = dict.fromkeys(MODE_VARIANTS, "rmqharness.ModeWorkload")
+MAIN_CLASSES[CONTROLLER_VARIANT] = "rmqharness.ControllerWorkload"
 #: Scenario classes that serve several variants (others serve the variant ``*-<scenario>``).
 SCENARIO_OF: dict[str, str] = dict.fromkeys(MODE_VARIANTS, "mode")
 
