@@ -375,6 +375,17 @@ class ConsumerOffsets:
     group_topic_map: dict[str, list[str]]
     invalid_keys: list[str]
     source: ConfigSource | None = None
+    # pullOffsetTable (5.x ConsumerOffsetManager#getPullOffsetTable, v2's pull-offset table):
+    # the next offset a group pulled (popped, for a KV pop group) from each queue, by
+    # (topic, group, queue id); None when the store keeps no such table (4.x, RocksDB v1).
+    pull_offsets: dict[tuple[str, str, int], int] | None = None
+
+    def pull_offset(self, row: ConsumerOffset) -> int | None:
+        """The pull offset the broker reports for ``row``'s queue (queryPullOffset: the
+        table's entry, else the consumer offset); None without a pull table."""
+        if self.pull_offsets is None:
+            return None
+        return self.pull_offsets.get((row.topic, row.group, row.queue_id), row.offset)
 
 
 def _offset_rows(
@@ -418,7 +429,12 @@ def parse_consumer_offsets(data: dict[str, Any]) -> ConsumerOffsets:
         str(group): [str(t) for t in topics] if isinstance(topics, list) else []
         for group, topics in _table(data, "groupTopicMap", "consumerOffset").items()
     }
-    return ConsumerOffsets(rows, parse_data_version(data), group_topics, invalid)
+    pulls = None
+    if isinstance(data.get("pullOffsetTable"), dict):
+        pulls = {(p.topic, p.group, p.queue_id): p.offset for p in _offset_rows(
+            data["pullOffsetTable"], "pullOffsetTable", invalid)}
+    return ConsumerOffsets(rows, parse_data_version(data), group_topics, invalid,
+                           pull_offsets=pulls)
 
 
 @dataclass(frozen=True)

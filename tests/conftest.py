@@ -54,6 +54,9 @@ compaction_store = _load_harness_fixtures().compaction_store
 # The v5-controller variant dir (a 5.5.0 broker in controller mode, restarted once: two
 # epochs in epochFileCheckpoint, brokerIdentity), built on first use.
 controller_store = _load_harness_fixtures().controller_store
+# The v5-pop variant dir (pop consumers' checkpoints, acks, in-flight messages), built on
+# first use.
+pop_store = _load_harness_fixtures().pop_store
 
 
 @pytest.fixture(scope="session")
@@ -97,3 +100,4 @@ def golden(spark, broker_stores, tmp_path_factory):  # type: ignore[no-untyped-d
         registry, summaries[variant] = load(spark, warehouse, variant, "s1",
                                             broker_stores[variant] / "store")
     return registry, summaries
+

@@ -79,9 +79,11 @@ def offsets_and_lag(warehouse: Path, broker: str, snapshot_id: str
     return offsets, lag
 
 
-def assert_progress_equals(truth: list[dict[str, Any]], offsets: dict, lag: dict) -> None:
+def assert_progress_equals(truth: list[dict[str, Any]], offsets: dict, lag: dict, *,
+                           pull_offsets: bool = True) -> None:
     """Each (group, topic, queue) of ``consumerProgress``: its consumer offset, and the
-    lag row's broker offset, consumer offset and diff."""
+    lag row's broker offset, consumer offset, diff and (5.x, when the store keeps pull
+    offsets) in-flight count; without pull offsets in-flight is unknown (null)."""
     for want in truth:
         key = (want["group"], want["topic"], want["queueId"])
         assert offsets[key] == want["consumerOffset"], key
@@ -89,3 +91,6 @@ def assert_progress_equals(truth: list[dict[str, Any]], offsets: dict, lag: dict
         assert (got["max_offset"], got["consumer_offset"], got["broker_diff"],
                 got["lag_messages"]) == (want["brokerOffset"], want["consumerOffset"],
                                          want["diff"], want["diff"]), key
+        inflight = want["pullOffset"] - want["consumerOffset"] if (
+            pull_offsets and "pullOffset" in want) else None
+        assert got["inflight_messages"] == inflight, key

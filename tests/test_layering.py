@@ -33,7 +33,7 @@ RANKS = {
         "common": 1,
         "rocksdb": 2,
         "commitlog": 3, "queues": 3, "indexfile": 3, "config": 3, "checkpoint": 3,
-        "markers": 3, "controller": 3,
+        "markers": 3, "controller": 3, "pop": 3,
         "timers": 4, "dledger": 4, "compaction": 4,
         "store": 5,
         "cli": 6,

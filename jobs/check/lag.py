@@ -38,7 +38,7 @@ def consumer_lag_sql(scope: SnapshotScope) -> str:
                 else "CAST(NULL AS TIMESTAMP)")
     return f"""
         WITH offsets AS (
-            SELECT group_name, topic, queue_id, consumer_offset FROM rc_offsets),
+            SELECT group_name, topic, queue_id, consumer_offset, pull_offset FROM rc_offsets),
         listed AS (  -- queue ids the broker iterates for a topic: 0 .. readQueueNums - 1
             SELECT topic, read_queue_nums, explode(sequence(0, read_queue_nums - 1)) AS queue_id
             FROM rc_topics WHERE read_queue_nums > 0),
@@ -49,7 +49,7 @@ def consumer_lag_sql(scope: SnapshotScope) -> str:
             UNION
             SELECT group_name, topic, queue_id FROM offsets),
         positioned AS (
-            SELECT k.group_name, k.topic, k.queue_id, o.consumer_offset,
+            SELECT k.group_name, k.topic, k.queue_id, o.consumer_offset, o.pull_offset,
                    b.queue_type,
                    CASE WHEN b.topic IS NOT NULL THEN b.min_offset
                         WHEN l.topic IS NOT NULL THEN 0 END AS min_offset,
@@ -104,7 +104,10 @@ def consumer_lag_sql(scope: SnapshotScope) -> str:
                CAST(unix_micros({taken_at}) - unix_micros(oldest.store_time) AS DOUBLE) / 1e6
                    AS lag_seconds,
                last.store_time AS last_consumed_store_time,
-               {taken_at} AS snapshot_taken_at
+               {taken_at} AS snapshot_taken_at,
+               CASE WHEN m.pull_offset IS NOT NULL AND m.consumer_offset IS NOT NULL
+                    THEN greatest(m.pull_offset, m.consumer_offset, 0)
+                         - greatest(m.consumer_offset, 0) END AS inflight_messages
         FROM measured m
         LEFT JOIN unconsumed x USING (group_name, topic, queue_id)
         LEFT JOIN last_consumed lc USING (group_name, topic, queue_id)

@@ -95,7 +95,7 @@ def consumer_offset_rows(broker: str, snapshot_id: str, store: Path,
             # rows win where both name the same queue.
             rows[(o.group, o.topic, o.queue_id)] = (
                 broker, snapshot_id, o.group, o.topic, o.queue_id, o.offset, o.lmq,
-                o.ambiguous, where)
+                o.ambiguous, where, None if o.lmq else offsets.pull_offset(o))
     return [rows[key] for key in sorted(rows)]
 
 

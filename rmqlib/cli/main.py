@@ -725,6 +725,35 @@ def dump_controller(args: argparse.Namespace) -> int:
     return _dump(args, "epochs", each)
 
 
+def dump_pop(args: argparse.Namespace) -> int:
+    """Pop consumers (a store root): every message popped and neither acked nor revived
+    yet, by group, topic, queue and queue offset (rmqlib.pop: the checkpoint and ack
+    records of the commitlog against the revive group's offsets), then what could not be
+    read. A full scan of the store's records."""
+    from rmqlib.common.accounting import FileAccount
+    from rmqlib.store.pop_state import read_store_pop_state
+
+    root = existing(args.path)
+    state, flying = read_store_pop_state(root)
+
+    def each(window: Window, out: Output) -> Iterator[tuple[FileAccount, int]]:
+        for message in flying:
+            row = {"kind": "in_flight", **dataclasses.asdict(message)}
+            text = (f"{message.group} {message.topic}/{message.queue_id} offset "
+                    f"{message.queue_offset}: popped {millis(message.pop_time)}, visible again "
+                    f"{millis(message.visible_at)}")
+            if not _show(window, out, row, lambda r=row: r, lambda t=text: t):
+                return
+        for offset, reason in state.unreadable:
+            out.unreadable += 1
+            row = {"kind": "unreadable", "physical_offset": offset, "reason": reason}
+            out.item(lambda r=row: r, lambda r=row: f"-- record {r['physical_offset']}: "
+                                                    f"{r['reason']}")
+        yield FileAccount(str(root), 0), len(flying)
+
+    return _dump(args, "in-flight messages", each)
+
+
 DUMPERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "commitlog": dump_commitlog, "consumequeue": dump_consumequeue, "cq": dump_consumequeue,
     "batchconsumequeue": dump_batchconsumequeue, "bcq": dump_batchconsumequeue,
@@ -732,6 +761,7 @@ DUMPERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "index": dump_index, "config": dump_config, "checkpoint": dump_checkpoint,
     "timerlog": dump_timerlog, "timerwheel": dump_timerwheel, "dledger": dump_dledger,
     "rocksdb": dump_rocksdb, "compaction": dump_compaction, "controller": dump_controller,
+    "pop": dump_pop,
 }
 
 
@@ -801,19 +831,6 @@ def records_dir(store: Path) -> Path:
     from rmqlib.store.commitlog_source import commitlog_source
 
     return commitlog_source(store).directory
-
-
-def every_record(store: Path) -> Iterator[CommitLogRecord]:
-    """Every record of the store in log order, whichever framing holds them."""
-    from rmqlib.commitlog.records import scan_store
-    from rmqlib.dledger.records import scan_dledger
-    from rmqlib.store.commitlog_source import commitlog_source
-
-    source = commitlog_source(store)
-    if source.dledger:
-        yield from (record for _, record in scan_dledger(source.directory, verify_crc=False))
-    else:
-        yield from scan_store(source.directory, verify_crc=False)
 
 
 def records_for(store: Path, offsets: Iterable[int]) -> Iterator[CommitLogRecord]:
@@ -898,6 +915,8 @@ def get_by_msg_id(store: Path, msg_id: str, topic: str | None) -> list[Match]:
         print(f"not in the index: scanning {topic}'s inner batches", file=sys.stderr)
     else:
         print("no --topic given: scanning the whole commitlog for UNIQ_KEY", file=sys.stderr)
+    from rmqlib.store.commitlog_source import every_record
+
     matches: list[Match] = []
     for record in every_record(store):
         if topic and record.topic != topic:

@@ -9,12 +9,14 @@ directory and which framing to use.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from rmqlib.commitlog.records import CommitLogRecord, scan_store
 from rmqlib.common.segments import list_segments
 from rmqlib.dledger import layout as DL
-from rmqlib.dledger.records import dledger_dirs
+from rmqlib.dledger.records import dledger_dirs, scan_dledger
 from rmqlib.errors import UnsupportedFormatError
 
 COMMITLOG = "commitlog"
@@ -50,3 +52,13 @@ def commitlog_source(store: str | Path) -> CommitlogSource:
     old = root / COMMITLOG
     return CommitlogSource(DLEDGER, logs[0] / DL.DATA_DIR,
                            old if old.is_dir() and list_segments(old) else None)
+
+
+def every_record(store: str | Path) -> Iterator[CommitLogRecord]:
+    """Every record of the store in log order, whichever framing holds them (CRCs not
+    checked: the callers look for records, verify checks them)."""
+    source = commitlog_source(store)
+    if source.dledger:
+        yield from (record for _, record in scan_dledger(source.directory, verify_crc=False))
+    else:
+        yield from scan_store(source.directory, verify_crc=False)

@@ -142,3 +142,18 @@ def compaction_store() -> Path:
     (every send) and ``truth/compacted_view.jsonl`` (what a consumer of each queue was
     served at the end, pulled from offset 0). Generated on first use (~60 s)."""
     return _variant(stores.COMPACTION_VARIANT)
+
+
+@pytest.fixture(scope="session")
+def pop_store() -> Path:
+    """The ``v5-pop`` variant dir: ``store/`` (one 5.5.0 broker, classic POP: checkpoints and
+    acks in the commitlog through ``rmq_sys_wheel_timer``; clean shutdown) with ``TopicPop``
+    (2 queues x 100) and four groups: ``G_POP`` (low-level pop/ack/batch ack/changeInvisibleTime,
+    25 + 20 messages left in flight), ``G_PUSHPOP`` (a push consumer in POP mode, offsets 5-7 of
+    each queue left in flight), ``G_PUSH`` (classic, everything committed) and ``G_PULL``
+    (classic, pulled to 80, committed 60); ``snapshots/s1/store`` (a hot copy after G_POP's pops,
+    before its acks) and ``truth/`` (messages, consumed, consumer_groups with ``inflight``,
+    topic_stats, pop.json: every pop, ack, batch ack and changeInvisibleTime, the in-flight sets
+    at s1 and at the end, the revive topic, the broker's POP settings and the check of
+    ``config/consumerOffset.json`` against the admin rows). Generated on first use (~45 s)."""
+    return _variant(stores.POP_VARIANT)

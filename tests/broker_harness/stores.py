@@ -88,9 +88,13 @@ COMPACTION_VARIANT = "v5-compaction"
 #: DLedger controller), stopped and restarted on the same store: ``epochFileCheckpoint`` with
 #: two epochs (+ ``.bak``) and ``brokerIdentity`` (``ControllerWorkload.java``, own ``main``).
 CONTROLLER_VARIANT = "v5-controller"
+#: Built only on request too: one 5.5.0 broker whose store holds POP consumers' state (classic
+#: POP: checkpoints and acks in the commitlog, messages left in flight) next to classic push and
+#: pull groups (``PopWorkload.java``, own ``main``).
+POP_VARIANT = "v5-pop"
 EXTRA_VARIANTS: tuple[str, ...] = (GROWING_VARIANT, FEATURES_VARIANT, CLUSTER_VARIANT,
                                    DLEDGER_VARIANT, *ROCKSDB_VARIANTS, DLEDGER4_VARIANT,
-                                   COMPACTION_VARIANT, CONTROLLER_VARIANT)
+                                   COMPACTION_VARIANT, CONTROLLER_VARIANT, POP_VARIANT)
 ALL_VARIANTS: tuple[str, ...] = VARIANTS + EXTRA_VARIANTS
 DEFAULT_VARIANT = "v5-clean"
 CACHE_ENV = "RMQ_STORE_CACHE"
@@ -127,6 +131,7 @@ IPV6_VARIANTS: tuple[str, ...] = (FEATURES_VARIANT,)
 MODE_VARIANTS = (DLEDGER_VARIANT, *ROCKSDB_VARIANTS, DLEDGER4_VARIANT, COMPACTION_VARIANT)
 MAIN_CLASSES: dict[str, str] = dict.fromkeys(MODE_VARIANTS, "rmqharness.ModeWorkload")
 MAIN_CLASSES[CONTROLLER_VARIANT] = "rmqharness.ControllerWorkload"
+MAIN_CLASSES[POP_VARIANT] = "rmqharness.PopWorkload"
 #: Scenario classes that serve several variants (others serve the variant ``*-<scenario>``).
 SCENARIO_OF: dict[str, str] = dict.fromkeys(MODE_VARIANTS, "mode")
 
