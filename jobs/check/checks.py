@@ -73,6 +73,23 @@ class Check:
                       else "current_timestamp()"))
 
 
+def stream_check(name: str, rule: str, stream: str, expected: str, observed: str,
+                 explanation: str) -> Check:
+    """An error per file with quarantine rows of ``stream``: the load's findings of a kind
+    that are no unreadable bytes (a DLedger index unit, a compacted queue, a controller
+    file that disagrees with what it describes), each file's positions sampled."""
+    return Check(name, rule, f"""
+        SELECT '{{name}}' AS check_name, 'error' AS severity, concat('file=', f.file) AS scope,
+               {{no_scope}}, count(*) AS affected,
+               {sql_string(expected)} AS expected,
+               concat(count(*), {sql_string(' ' + observed + ': ')},
+                      substring(first(f.reason), 1, 160)) AS observed,
+               slice(array_sort(collect_list(f.offset)), 1, 5) AS sample_offsets,
+               {{explanation}} AS explanation
+        FROM rc_quarantine f WHERE f.stream = {sql_string(stream)} GROUP BY f.file""",
+                 explanation)
+
+
 CHECKS: tuple[Check, ...] = (
     Check("cq_unit_without_record", "§8.7", """
         SELECT '{name}' AS check_name, 'error' AS severity, {queue_scope} AS scope,
@@ -498,33 +515,26 @@ CHECKS: tuple[Check, ...] = (
         GROUP BY f.file""",
         ("bytes that do not decode (damage inside the file): the records or units in them "
          "are missing from the tables; file positions listed")),
-    Check("dledger_index_mismatch", "docs/dledger.md", """
-        SELECT '{name}' AS check_name, 'error' AS severity, concat('file=', f.file) AS scope,
-               {no_scope}, count(*) AS affected,
-               'every DLedger entry has its index unit (position, size, index, term)'
-                   AS expected,
-               concat(count(*), ' unit(s) disagree: ', substring(first(f.reason), 1, 160))
-                   AS observed,
-               slice(array_sort(collect_list(f.offset)), 1, 5) AS sample_offsets,
-               {explanation} AS explanation
-        FROM rc_quarantine f WHERE f.stream = 'dledger_index' GROUP BY f.file""",
-        ("the DLedger index does not describe the log's entries: the broker's recovery "
-         "checks the two against each other and a Raft follower reads entries through the "
-         "index; file positions of the units listed")),
-    Check("compaction_mismatch", "docs/compaction.md", """
-        SELECT '{name}' AS check_name, 'error' AS severity, concat('file=', f.file) AS scope,
-               {no_scope}, count(*) AS affected,
-               'every unit of a compacted queue points at its record in the compaction log'
-                   AS expected,
-               concat(count(*), ' problem(s): ', substring(first(f.reason), 1, 160))
-                   AS observed,
-               slice(array_sort(collect_list(f.offset)), 1, 5) AS sample_offsets,
-               {explanation} AS explanation
-        FROM rc_quarantine f WHERE f.stream = 'compaction' GROUP BY f.file""",
-        ("a compacted queue's files disagree (a unit without its record, a record without "
-         "its unit, a file without its partner, a key kept twice): consumers of the topic "
-         "are served what the queue says, so they may miss or repeat messages; file "
-         "positions listed")),
+    stream_check(
+        "dledger_index_mismatch", "docs/dledger.md", "dledger_index",
+        "every DLedger entry has its index unit (position, size, index, term)",
+        "unit(s) disagree",
+        "the DLedger index does not describe the log's entries: the broker's recovery checks the "
+        "two against each other and a Raft follower reads entries through the index; file "
+        "positions of the units listed"),
+    stream_check(
+        "compaction_mismatch", "docs/compaction.md", "compaction",
+        "every unit of a compacted queue points at its record in the compaction log",
+        "problem(s)",
+        "a compacted queue's files disagree (a unit without its record, a record without its "
+        "unit, a file without its partner, a key kept twice): consumers of the topic are served "
+        "what the queue says, so they may miss or repeat messages; file positions listed"),
+    stream_check(
+        "epoch_file_unreadable", "docs/controller.md", "controller",
+        "epochFileCheckpoint and brokerIdentity read as the broker reads them", "problem(s)",
+        "a controller-mode file the broker cannot use as it is: an epoch file it falls back from "
+        "(to the .bak, losing the terms written since), one it cannot start with, or an identity "
+        "it discards (it then registers as a new replica); positions listed"),
     Check("compacted_entry_differs", "docs/compaction.md", """
         SELECT '{name}' AS check_name, 'error' AS severity, {queue_scope} AS scope,
                f.topic, f.queue_id, CAST(NULL AS STRING) AS group_name,
@@ -540,18 +550,6 @@ CHECKS: tuple[Check, ...] = (
         ("compaction copies a record byte for byte (only its position changes): a kept message "
          "whose size or tags differ from the queue unit of the same queue offset is not the "
          "message that was sent there; queue offsets listed")),
-    Check("epoch_file_unreadable", "docs/controller.md", """
-        SELECT '{name}' AS check_name, 'error' AS severity, concat('file=', f.file) AS scope,
-               {no_scope}, count(*) AS affected,
-               'epochFileCheckpoint and brokerIdentity read as the broker reads them' AS expected,
-               concat(count(*), ' problem(s): ', substring(first(f.reason), 1, 160))
-                   AS observed,
-               slice(array_sort(collect_list(f.offset)), 1, 5) AS sample_offsets,
-               {explanation} AS explanation
-        FROM rc_quarantine f WHERE f.stream = 'controller' GROUP BY f.file""",
-        ("a controller-mode file the broker cannot use as it is: an epoch file it falls back "
-         "from (to the .bak, losing the terms written since), one it cannot start with, or an "
-         "identity it discards (it then registers as a new replica); positions listed")),
     Check("epoch_history_broken", "docs/controller.md", """
         SELECT '{name}' AS check_name, 'error' AS severity, 'broker' AS scope,
                {no_scope}, count(*) AS affected,

@@ -59,7 +59,7 @@ import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
  * (push) consumes everything; a hot copy {@code snapshots/s1/store} (StoreCopier) is taken before the last
  * ~100 messages; G_HALF (pull) commits half of every queue; clean shutdown (SIGTERM).
  */
-final class ModeWorkload {
+final class ModeWorkload extends Scenario {
     /** The variants this class runs, and the deployment mode each one puts its broker in. */
     static final Map<String, String> MODES = Map.of("v5-dledger", "dledger", "v5-rocksdb", "rocksdb",
         "v4-dledger", "dledger", "v5-rocksdb-single", "rocksdb", "v5-rocksdb-v2", "rocksdb",
@@ -102,7 +102,6 @@ final class ModeWorkload {
     static final int TAIL_MESSAGES = 100;
     static final int COMPRESS_OVER = Workload.COMPRESS_OVER;
 
-    final Harness h;
     final Random rnd = new Random(SEED);
     final Map<String, Object> notes = new LinkedHashMap<>();
     final List<String> notPossible = new ArrayList<>();
@@ -122,7 +121,7 @@ final class ModeWorkload {
     long s1CopyStartMs = -1;
 
     ModeWorkload(Harness h, String variant) {
-        this.h = h;
+        super(h);
         this.variant = variant;
         this.mode = MODES.get(variant);
         String prefix = Map.of("dledger", "TopicDLedger", "rocksdb", "TopicRocks", "compaction", "TopicCmp").get(mode);
@@ -139,86 +138,14 @@ final class ModeWorkload {
         return t;
     }
 
-    /** Usage: {@code java -cp ... rmqharness.ModeWorkload --variant v5-dledger|v5-rocksdb --out DIR [--timeout SEC]}. */
+    /** Usage: {@code java -cp ... rmqharness.ModeWorkload --variant <a variant of MODES> --out DIR [--timeout SEC]}. */
     public static void main(String[] args) {
-        String variant = null;
-        String out = null;
-        int timeout = 300;
-        for (int i = 0; i < args.length; i++) {
-            switch (args[i]) {
-                case "--variant":
-                    variant = args[++i];
-                    break;
-                case "--out":
-                    out = args[++i];
-                    break;
-                case "--timeout":
-                    timeout = Integer.parseInt(args[++i]);
-                    break;
-                default:
-                    System.err.println("HARNESS ERROR: unknown argument " + args[i]);
-                    System.exit(64);
-            }
-        }
-        if (!MODES.containsKey(variant) || out == null) {
-            System.err.println("HARNESS ERROR: usage: ModeWorkload --variant " + MODES.keySet()
-                + " --out DIR [--timeout SEC]");
-            System.exit(64);
-        }
-        Harness h = null;
-        int rc;
-        try {
-            // Harness only knows its own variant suffixes; its "-clean" mode is what this scenario's helpers need.
-            h = new Harness("v" + Compat.LINE + "-clean", Paths.get(out), timeout);
-            new ModeWorkload(h, variant).run();
-            rc = 0;
-        } catch (Harness.HarnessError e) {
-            System.err.println("HARNESS ERROR: " + e.getMessage());
-            rc = 2;
-        } catch (Throwable t) {
-            t.printStackTrace();
-            System.err.println("HARNESS ERROR: " + t);
-            rc = 3;
-        } finally {
-            if (h != null) {
-                h.killChildren();
-            }
-        }
-        System.out.flush();
-        System.err.flush();
-        Runtime.getRuntime().halt(rc);
+        Scenario.main(args, "ModeWorkload", MODES.keySet(), ModeWorkload::new);
     }
 
     // =================================================================== flow
 
-    void run() throws Exception {
-        Runtime.getRuntime().addShutdownHook(new Thread(h::killChildren, "harness-kill-children"));
-        if (Files.exists(h.store) && Files.list(h.store).findAny().isPresent()) {
-            throw new Harness.HarnessError("store directory is not empty: " + h.store);
-        }
-        for (Path p : List.of(h.store, h.truth, h.logs, h.work, h.work.resolve("home"),
-            h.work.resolve("rmqhome/conf"))) {
-            Files.createDirectories(p);
-        }
-        h.mark("start");
-        Path driverLogback = h.work.resolve("rmqhome/conf/logback_driver.xml");
-        Harness.writeLogback(driverLogback, h.logs.resolve("driver-client.log"));
-        System.setProperty("rmq.logback.configurationFile", driverLogback.toString());
-        System.setProperty("logback.configurationFile", driverLogback.toString());
-        System.setProperty("rocketmq.client.logRoot", h.logs.resolve("driver-client").toString());
-        System.setProperty("user.home", h.work.resolve("home").toString());
-        System.setProperty("rocketmq.client.rebalance.waitInterval", "1000");
-
-        Map<String, Object> run = new LinkedHashMap<>();
-        try {
-            runScenario(run);
-        } finally {
-            writeTruth(run);
-        }
-        h.killChildren();
-        Harness.deleteTree(h.work);
-    }
-
+    @Override
     void runScenario(Map<String, Object> run) throws Exception {
         String lo = h.loopback;
         int nsPort = Harness.freePort(lo, 0, 0);
@@ -343,7 +270,7 @@ final class ModeWorkload {
             }
             waitForCompaction("round A");
         }
-        waitForAll("s1", System.currentTimeMillis() + 90_000);
+        wl.waitForAllConsumed("before s1", topics().keySet(), System.currentTimeMillis() + 90_000);
         h.mark("beforeS1Delivered");
         hotCopy();
         h.mark("s1Copied");
@@ -351,7 +278,7 @@ final class ModeWorkload {
             ((Workload.Op) op[1]).run();
         }
         h.mark("tailProduced");
-        waitForAll("the end", System.currentTimeMillis() + 90_000);
+        wl.waitForAllConsumed("before the end", topics().keySet(), System.currentTimeMillis() + 90_000);
         h.mark("delivered");
         if ("compaction".equals(mode)) {
             sendCompactedVersion(3);
@@ -359,14 +286,15 @@ final class ModeWorkload {
             pullCompacted();
             h.mark("compacted");
         }
-        consumeHalf();
+        wl.consumeHalf(topics().keySet());
         h.mark("halfConsumed");
 
         Workload.shutdownQuietly(cAll);
         Workload.shutdownQuietly(cHalf);
         Thread.sleep(1500);
         h.mark("consumersStopped");
-        snapshotGroups();
+        wl.snapshotGroups(GROUPS, true);
+        groupSnapshot.addAll(wl.groupSnapshot);
         h.mark("groupsSnapshot");
         wl.snapshotTopics();
         h.mark("topicsSnapshot");
@@ -467,97 +395,7 @@ final class ModeWorkload {
         wl.configureConsumer(cHalf, "c-half");
         cHalf.setRegisterTopics(new HashSet<>(topics().keySet()));
         cHalf.start();
-    }
-
-    /** G_ALL got every acked message so far (the delayed ones after their delay) and committed it (Diff 0). */
-    void waitForAll(String what, long end) throws Exception {
-        long want;
-        synchronized (wl.sent) {
-            want = wl.sent.stream().filter(r -> Boolean.TRUE.equals(r.get("acked"))).count();
-        }
-        String status = "";
-        while (true) {
-            long got = wl.positions.get(G_ALL).size();
-            long behind = 0;
-            Set<String> rows = new TreeSet<>();
-            for (Map<String, Object> row : Compat.consumeStats(admin, G_ALL)) {
-                behind += ((Number) row.get("diff")).longValue();
-                rows.add(row.get("topic") + "/" + row.get("queueId"));
-            }
-            Set<String> nonEmpty = new TreeSet<>();
-            for (String t : topics().keySet()) {
-                for (Map<String, Object> row : Compat.topicStats(admin, t)) {
-                    if (((Number) row.get("maxOffset")).longValue() > 0) {
-                        nonEmpty.add(t + "/" + row.get("queueId"));
-                    }
-                }
-            }
-            status = String.format("G_ALL got %d/%d, admin diff %d, queues with rows %s of %s", got, want, behind,
-                rows.containsAll(nonEmpty) ? "all" : "some", nonEmpty.size());
-            if (got >= want && behind == 0 && rows.containsAll(nonEmpty)) {
-                break;
-            }
-            if (System.currentTimeMillis() > end || System.currentTimeMillis() > h.deadline) {
-                throw new Harness.HarnessError("G_ALL did not get and commit everything before " + what + ": " + status);
-            }
-            Thread.sleep(200);
-        }
-        Harness.log("before " + what + ": " + status);
-        notes.put("deliveryStatusBefore_" + what, status);
-    }
-
-    /** G_HALF pulls the first maxOffset/2 of every queue of the three topics and commits that offset. */
-    void consumeHalf() throws Exception {
-        for (String t : topics().keySet()) {
-            List<MessageQueue> mqs = new ArrayList<>(cHalf.fetchSubscribeMessageQueues(t));
-            mqs.sort(Comparator.comparingInt(MessageQueue::getQueueId));
-            for (MessageQueue mq : mqs) {
-                long target = cHalf.maxOffset(mq) / 2;
-                long offset = 0;
-                while (offset < target) {
-                    var pr = cHalf.pull(mq, "*", offset, (int) Math.min(32, target - offset));
-                    if (pr.getPullStatus() != PullStatus.FOUND) {
-                        throw new Harness.HarnessError("G_HALF pull " + mq + " at " + offset + ": " + pr.getPullStatus());
-                    }
-                    for (MessageExt m : pr.getMsgFoundList()) {
-                        if (m.getQueueOffset() < target) {
-                            wl.recordConsumed(G_HALF, mq, m, "PULLED");
-                        }
-                    }
-                    offset = Math.min(target, pr.getNextBeginOffset());
-                }
-                wl.commitOffset(cHalf, mq, target);
-            }
-        }
-    }
-
-    void snapshotGroups() throws Exception {
-        List<Map<String, Object>> prev = null;
-        for (int i = 0; i < 10; i++) {
-            List<Map<String, Object>> cur = new ArrayList<>();
-            long at = System.currentTimeMillis();
-            for (String g : GROUPS) {
-                List<Map<String, Object>> rows = Compat.consumeStats(admin, g);
-                rows.sort(Comparator.comparing((Map<String, Object> m) -> (String) m.get("topic"))
-                    .thenComparing(m -> (Integer) m.get("queueId")));
-                for (Map<String, Object> row : rows) {
-                    Map<String, Object> full = new LinkedHashMap<>();
-                    full.put("group", g);
-                    full.putAll(row);
-                    full.put("snapshotMs", at);
-                    cur.add(full);
-                }
-            }
-            if (prev != null && Workload.stripTimes(prev).equals(Workload.stripTimes(cur))) {
-                groupSnapshot.clear();
-                groupSnapshot.addAll(cur);
-                notes.put("consumeStatsSnapshotMs", at);
-                return;
-            }
-            prev = cur;
-            Thread.sleep(1000);
-        }
-        throw new Harness.HarnessError("consumer stats did not become stable");
+        wl.cHalf = cHalf;
     }
 
     // =================================================================== compaction
@@ -891,6 +729,7 @@ final class ModeWorkload {
 
     // =================================================================== truth
 
+    @Override
     void writeTruth(Map<String, Object> run) throws Exception {
         List<Map<String, Object>> msgs = wl == null ? new ArrayList<>() : new ArrayList<>(wl.sent);
         msgs.sort(Comparator.comparingInt(r -> (Integer) r.get("seq")));

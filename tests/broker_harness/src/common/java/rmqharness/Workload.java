@@ -3,6 +3,7 @@ package rmqharness;
 import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
 import java.util.ArrayList;
+import java.util.Collection;
 import java.util.Collections;
 import java.util.Comparator;
 import java.util.HashSet;
@@ -12,6 +13,7 @@ import java.util.Map;
 import java.util.Random;
 import java.util.Set;
 import java.util.TreeMap;
+import java.util.TreeSet;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -883,44 +885,95 @@ final class Workload {
 
     /** G_HALF pulls the first half of every queue of TopicNormal, TopicBulk, TopicEmpty; commits that offset. */
     void consumeHalf() throws Exception {
+        consumeHalf(HALF_TOPICS);
+    }
+
+    /** G_HALF ({@link #cHalf}) pulls the first maxOffset/2 of every queue of {@code topics}, commits that offset. */
+    void consumeHalf(Collection<String> topics) throws Exception {
         DefaultMQPullConsumer c = cHalf;
-        {
-            for (String t : HALF_TOPICS) {
-                List<MessageQueue> mqs = new ArrayList<>(c.fetchSubscribeMessageQueues(t));
-                mqs.sort(Comparator.comparingInt(MessageQueue::getQueueId));
-                for (MessageQueue mq : mqs) {
-                    long max = c.maxOffset(mq);
-                    long target = max / 2;
-                    long offset = 0;
-                    while (offset < target) {
-                        var pr = c.pull(mq, "*", offset, (int) Math.min(32, target - offset));
-                        if (pr.getPullStatus() != PullStatus.FOUND) {
-                            throw new Harness.HarnessError("G_HALF pull " + mq + " at " + offset + ": "
-                                + pr.getPullStatus());
-                        }
-                        for (MessageExt m : pr.getMsgFoundList()) {
-                            if (m.getQueueOffset() < target) {
-                                recordConsumed(G_HALF, mq, m, "PULLED");
-                            }
-                        }
-                        offset = Math.min(target, pr.getNextBeginOffset());
+        for (String t : topics) {
+            List<MessageQueue> mqs = new ArrayList<>(c.fetchSubscribeMessageQueues(t));
+            mqs.sort(Comparator.comparingInt(MessageQueue::getQueueId));
+            for (MessageQueue mq : mqs) {
+                long target = c.maxOffset(mq) / 2;
+                long offset = 0;
+                while (offset < target) {
+                    var pr = c.pull(mq, "*", offset, (int) Math.min(32, target - offset));
+                    if (pr.getPullStatus() != PullStatus.FOUND) {
+                        throw new Harness.HarnessError("G_HALF pull " + mq + " at " + offset + ": "
+                            + pr.getPullStatus());
                     }
-                    commitOffset(c, mq, target);
+                    for (MessageExt m : pr.getMsgFoundList()) {
+                        if (m.getQueueOffset() < target) {
+                            recordConsumed(G_HALF, mq, m, "PULLED");
+                        }
+                    }
+                    offset = Math.min(target, pr.getNextBeginOffset());
                 }
+                commitOffset(c, mq, target);
             }
         }
         halfCommittedMs = System.currentTimeMillis();
     }
 
+    /**
+     * Waits until G_ALL got every acked message sent so far (the delayed ones after their delay) and committed it:
+     * Diff 0, and a row for every queue of {@code topics} that has messages. The status line goes to the log and
+     * to the notes ({@code deliveryStatus_<what>}).
+     */
+    void waitForAllConsumed(String what, Collection<String> topics, long end) throws Exception {
+        long want;
+        synchronized (sent) {
+            want = sent.stream().filter(r -> Boolean.TRUE.equals(r.get("acked"))).count();
+        }
+        String status;
+        while (true) {
+            long got = positions.get(G_ALL).size();
+            long behind = 0;
+            Set<String> rows = new TreeSet<>();
+            for (Map<String, Object> row : Compat.consumeStats(admin, G_ALL)) {
+                behind += ((Number) row.get("diff")).longValue();
+                rows.add(row.get("topic") + "/" + row.get("queueId"));
+            }
+            Set<String> nonEmpty = new TreeSet<>();
+            for (String t : topics) {
+                for (Map<String, Object> row : Compat.topicStats(admin, t)) {
+                    if (((Number) row.get("maxOffset")).longValue() > 0) {
+                        nonEmpty.add(t + "/" + row.get("queueId"));
+                    }
+                }
+            }
+            status = String.format("G_ALL got %d/%d, admin diff %d, queues with rows %s of %s", got, want, behind,
+                rows.containsAll(nonEmpty) ? "all" : "some", nonEmpty.size());
+            if (got >= want && behind == 0 && rows.containsAll(nonEmpty)) {
+                break;
+            }
+            if (System.currentTimeMillis() > end || System.currentTimeMillis() > h.deadline) {
+                throw new Harness.HarnessError("G_ALL did not get and commit everything (" + what + "): " + status);
+            }
+            Thread.sleep(200);
+        }
+        Harness.log(what + ": " + status);
+        notes.put("deliveryStatus_" + what, status);
+    }
+
     // =================================================================== snapshots
 
     void snapshotGroups(boolean waitStable) throws Exception {
+        snapshotGroups(GROUPS, waitStable);
+    }
+
+    /**
+     * The admin API's consumeStats rows of {@code groups} into {@link #groupSnapshot}; with {@code waitStable}, once
+     * two reads a second apart agree (a group without rows, or whose read failed, is noted).
+     */
+    void snapshotGroups(List<String> groups, boolean waitStable) throws Exception {
         List<Map<String, Object>> prev = null;
         for (int i = 0; i < 10; i++) {
             List<Map<String, Object>> cur = new ArrayList<>();
             Map<String, Object> noRows = new TreeMap<>();
             long at = System.currentTimeMillis();
-            for (String g : GROUPS) {
+            for (String g : groups) {
                 try {
                     List<Map<String, Object>> rows = Compat.consumeStats(admin, g);
                     rows.sort(Comparator.comparing((Map<String, Object> m) -> (String) m.get("topic"))

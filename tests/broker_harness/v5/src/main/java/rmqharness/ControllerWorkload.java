@@ -4,7 +4,6 @@ import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
-import java.nio.file.Paths;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.Comparator;
@@ -17,11 +16,9 @@ import java.util.Properties;
 import java.util.Random;
 import java.util.Set;
 import java.util.TreeMap;
-import java.util.TreeSet;
 import java.util.concurrent.TimeUnit;
 import org.apache.rocketmq.client.consumer.DefaultMQPullConsumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
-import org.apache.rocketmq.client.consumer.PullStatus;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
@@ -29,7 +26,6 @@ import org.apache.rocketmq.common.UtilAll;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageExt;
-import org.apache.rocketmq.common.message.MessageQueue;
 import org.apache.rocketmq.remoting.protocol.EpochEntry;
 import org.apache.rocketmq.remoting.protocol.body.BrokerReplicasInfo;
 import org.apache.rocketmq.remoting.protocol.body.EpochEntryCache;
@@ -66,7 +62,7 @@ import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
  * {@code topic_stats.jsonl}, {@code controller.json}, {@code epoch_reader_cases.jsonl},
  * {@code identity_reader_cases.jsonl}, {@code run.json}.
  */
-final class ControllerWorkload {
+final class ControllerWorkload extends Scenario {
     static final String VARIANT = "v5-controller";
     static final long SEED = 20240617L;
     /** DLedger controller group: one peer, n0, inside the name server JVM. */
@@ -82,7 +78,6 @@ final class ControllerWorkload {
     static final int[][] PLAN = {{160, 80, 2}, {100, 40, 1}};
     static final int COMPRESS_OVER = Workload.COMPRESS_OVER;
 
-    final Harness h;
     final Random rnd = new Random(SEED);
     final Map<String, Object> notes = new LinkedHashMap<>();
     final Map<String, Object> controllerTruth = new LinkedHashMap<>();
@@ -108,88 +103,17 @@ final class ControllerWorkload {
     int batchesSent;
 
     ControllerWorkload(Harness h) {
-        this.h = h;
+        super(h);
     }
 
     /** Usage: {@code java -cp ... rmqharness.ControllerWorkload --variant v5-controller --out DIR [--timeout SEC]}. */
     public static void main(String[] args) {
-        String variant = null;
-        String out = null;
-        int timeout = 300;
-        for (int i = 0; i < args.length; i++) {
-            switch (args[i]) {
-                case "--variant":
-                    variant = args[++i];
-                    break;
-                case "--out":
-                    out = args[++i];
-                    break;
-                case "--timeout":
-                    timeout = Integer.parseInt(args[++i]);
-                    break;
-                default:
-                    System.err.println("HARNESS ERROR: unknown argument " + args[i]);
-                    System.exit(64);
-            }
-        }
-        if (!VARIANT.equals(variant) || out == null) {
-            System.err.println("HARNESS ERROR: usage: ControllerWorkload --variant " + VARIANT
-                + " --out DIR [--timeout SEC]");
-            System.exit(64);
-        }
-        Harness h = null;
-        int rc;
-        try {
-            h = new Harness("v" + Compat.LINE + "-clean", Paths.get(out), timeout);
-            new ControllerWorkload(h).run();
-            rc = 0;
-        } catch (Harness.HarnessError e) {
-            System.err.println("HARNESS ERROR: " + e.getMessage());
-            rc = 2;
-        } catch (Throwable t) {
-            t.printStackTrace();
-            System.err.println("HARNESS ERROR: " + t);
-            rc = 3;
-        } finally {
-            if (h != null) {
-                h.killChildren();
-            }
-        }
-        System.out.flush();
-        System.err.flush();
-        Runtime.getRuntime().halt(rc);
+        Scenario.main(args, "ControllerWorkload", Set.of(VARIANT), (h, variant) -> new ControllerWorkload(h));
     }
 
     // =================================================================== flow
 
-    void run() throws Exception {
-        Runtime.getRuntime().addShutdownHook(new Thread(h::killChildren, "harness-kill-children"));
-        if (Files.exists(h.store) && Files.list(h.store).findAny().isPresent()) {
-            throw new Harness.HarnessError("store directory is not empty: " + h.store);
-        }
-        for (Path p : List.of(h.store, h.truth, h.logs, h.work, h.work.resolve("home"),
-            h.work.resolve("rmqhome/conf"))) {
-            Files.createDirectories(p);
-        }
-        h.mark("start");
-        Path driverLogback = h.work.resolve("rmqhome/conf/logback_driver.xml");
-        Harness.writeLogback(driverLogback, h.logs.resolve("driver-client.log"));
-        System.setProperty("rmq.logback.configurationFile", driverLogback.toString());
-        System.setProperty("logback.configurationFile", driverLogback.toString());
-        System.setProperty("rocketmq.client.logRoot", h.logs.resolve("driver-client").toString());
-        System.setProperty("user.home", h.work.resolve("home").toString());
-        System.setProperty("rocketmq.client.rebalance.waitInterval", "1000");
-
-        Map<String, Object> run = new LinkedHashMap<>();
-        try {
-            runScenario(run);
-        } finally {
-            writeTruth(run);
-        }
-        h.killChildren();
-        Harness.deleteTree(h.work);
-    }
-
+    @Override
     void runScenario(Map<String, Object> run) throws Exception {
         String lo = h.loopback;
         int nsPort = Harness.freePort(lo, 0, 0);
@@ -363,17 +287,18 @@ final class ControllerWorkload {
             op.run();
         }
         h.mark(phase + "Produced");
-        waitForAll(phase, System.currentTimeMillis() + 90_000);
+        wl.waitForAllConsumed(phase, topics().keySet(), System.currentTimeMillis() + 90_000);
         h.mark(phase + "Delivered");
         if (last) {
-            consumeHalf();
+            wl.consumeHalf(topics().keySet());
             h.mark("halfConsumed");
         }
         Workload.shutdownQuietly(cAll);
         Workload.shutdownQuietly(cHalf);
         Thread.sleep(1500);
         if (last) {
-            snapshotGroups();
+            wl.snapshotGroups(GROUPS, true);
+            groupSnapshot.addAll(wl.groupSnapshot);
             wl.snapshotTopics();
             h.mark("groupsSnapshot");
         }
@@ -401,6 +326,7 @@ final class ControllerWorkload {
         wl.configureConsumer(cHalf, "c-half" + run);
         cHalf.setRegisterTopics(new HashSet<>(topics().keySet()));
         cHalf.start();
+        wl.cHalf = cHalf;
         producer = new DefaultMQProducer("PG_CTL");
         wl.configureProducer(producer, "harness-producer" + run);
         producer.start();
@@ -705,97 +631,6 @@ final class ControllerWorkload {
         Map<String, Object> r = wl.newRecord("bulk", phase, T_BULK, msg, body,
             large ? "binary-large" : binary ? "binary-medium" : "text-medium", props, keys);
         wl.sendSimple(r, msg, null, null);
-    }
-
-    /** G_ALL got every acked message so far and committed it (admin Diff 0 on every non-empty queue). */
-    void waitForAll(String what, long end) throws Exception {
-        long want;
-        synchronized (wl.sent) {
-            want = wl.sent.stream().filter(r -> Boolean.TRUE.equals(r.get("acked"))).count();
-        }
-        String status;
-        while (true) {
-            long got = wl.positions.get(G_ALL).size();
-            long behind = 0;
-            Set<String> rows = new TreeSet<>();
-            for (Map<String, Object> row : Compat.consumeStats(admin, G_ALL)) {
-                behind += ((Number) row.get("diff")).longValue();
-                rows.add(row.get("topic") + "/" + row.get("queueId"));
-            }
-            Set<String> nonEmpty = new TreeSet<>();
-            for (String t : topics().keySet()) {
-                for (Map<String, Object> row : Compat.topicStats(admin, t)) {
-                    if (((Number) row.get("maxOffset")).longValue() > 0) {
-                        nonEmpty.add(t + "/" + row.get("queueId"));
-                    }
-                }
-            }
-            status = String.format("G_ALL got %d/%d, admin diff %d, queues with rows %s of %s", got, want, behind,
-                rows.containsAll(nonEmpty) ? "all" : "some", nonEmpty.size());
-            if (got >= want && behind == 0 && rows.containsAll(nonEmpty)) {
-                break;
-            }
-            if (System.currentTimeMillis() > end || System.currentTimeMillis() > h.deadline) {
-                throw new Harness.HarnessError("G_ALL did not get and commit everything in " + what + ": " + status);
-            }
-            Thread.sleep(200);
-        }
-        Harness.log(what + ": " + status);
-        notes.put("deliveryStatus_" + what, status);
-    }
-
-    /** G_HALF pulls the first maxOffset/2 of every queue and commits that offset. */
-    void consumeHalf() throws Exception {
-        for (String t : topics().keySet()) {
-            List<MessageQueue> mqs = new ArrayList<>(cHalf.fetchSubscribeMessageQueues(t));
-            mqs.sort(Comparator.comparingInt(MessageQueue::getQueueId));
-            for (MessageQueue mq : mqs) {
-                long target = cHalf.maxOffset(mq) / 2;
-                long offset = 0;
-                while (offset < target) {
-                    var pr = cHalf.pull(mq, "*", offset, (int) Math.min(32, target - offset));
-                    if (pr.getPullStatus() != PullStatus.FOUND) {
-                        throw new Harness.HarnessError("G_HALF pull " + mq + " at " + offset + ": " + pr.getPullStatus());
-                    }
-                    for (MessageExt m : pr.getMsgFoundList()) {
-                        if (m.getQueueOffset() < target) {
-                            wl.recordConsumed(G_HALF, mq, m, "PULLED");
-                        }
-                    }
-                    offset = Math.min(target, pr.getNextBeginOffset());
-                }
-                wl.commitOffset(cHalf, mq, target);
-            }
-        }
-    }
-
-    void snapshotGroups() throws Exception {
-        List<Map<String, Object>> prev = null;
-        for (int i = 0; i < 10; i++) {
-            List<Map<String, Object>> cur = new ArrayList<>();
-            long at = System.currentTimeMillis();
-            for (String g : GROUPS) {
-                List<Map<String, Object>> rows = Compat.consumeStats(admin, g);
-                rows.sort(Comparator.comparing((Map<String, Object> m) -> (String) m.get("topic"))
-                    .thenComparing(m -> (Integer) m.get("queueId")));
-                for (Map<String, Object> row : rows) {
-                    Map<String, Object> full = new LinkedHashMap<>();
-                    full.put("group", g);
-                    full.putAll(row);
-                    full.put("snapshotMs", at);
-                    cur.add(full);
-                }
-            }
-            if (prev != null && Workload.stripTimes(prev).equals(Workload.stripTimes(cur))) {
-                groupSnapshot.clear();
-                groupSnapshot.addAll(cur);
-                notes.put("consumeStatsSnapshotMs", at);
-                return;
-            }
-            prev = cur;
-            Thread.sleep(1000);
-        }
-        throw new Harness.HarnessError("consumer stats did not become stable");
     }
 
     // =================================================================== the real broker on damaged copies
@@ -1165,6 +1000,7 @@ final class ControllerWorkload {
 
     // =================================================================== truth
 
+    @Override
     void writeTruth(Map<String, Object> run) throws Exception {
         List<Map<String, Object>> msgs = wl == null ? new ArrayList<>() : new ArrayList<>(wl.sent);
         msgs.sort(Comparator.comparingInt(r -> (Integer) r.get("seq")));

@@ -5,7 +5,6 @@ import com.alibaba.fastjson2.JSONObject;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
-import java.nio.file.Paths;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.Comparator;
@@ -89,7 +88,7 @@ import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
  * at s1 and at the end, the revive topic, broker properties, the admin API views, the consumerOffset.json check),
  * {@code snapshots.json}, {@code run.json}.
  */
-final class PopWorkload {
+final class PopWorkload extends Scenario {
     static final String VARIANT = "v5-pop";
     static final long SEED = 20240620L;
     static final String T_POP = "TopicPop";
@@ -115,7 +114,6 @@ final class PopWorkload {
     static final long PULL_COMMIT = 60;
     static final long API_TIMEOUT_MS = 10_000L;
 
-    final Harness h;
     final Random rnd = new Random(SEED);
     final Map<String, Object> notes = new LinkedHashMap<>();
     final Map<String, Object> popTruth = new LinkedHashMap<>();
@@ -145,88 +143,17 @@ final class PopWorkload {
     long s1CopyStartMs = -1;
 
     PopWorkload(Harness h) {
-        this.h = h;
+        super(h);
     }
 
     /** Usage: {@code java -cp ... rmqharness.PopWorkload --variant v5-pop --out DIR [--timeout SEC]}. */
     public static void main(String[] args) {
-        String variant = null;
-        String out = null;
-        int timeout = 300;
-        for (int i = 0; i < args.length; i++) {
-            switch (args[i]) {
-                case "--variant":
-                    variant = args[++i];
-                    break;
-                case "--out":
-                    out = args[++i];
-                    break;
-                case "--timeout":
-                    timeout = Integer.parseInt(args[++i]);
-                    break;
-                default:
-                    System.err.println("HARNESS ERROR: unknown argument " + args[i]);
-                    System.exit(64);
-            }
-        }
-        if (!VARIANT.equals(variant) || out == null) {
-            System.err.println("HARNESS ERROR: usage: PopWorkload --variant " + VARIANT + " --out DIR [--timeout SEC]");
-            System.exit(64);
-        }
-        Harness h = null;
-        int rc;
-        try {
-            h = new Harness("v" + Compat.LINE + "-clean", Paths.get(out), timeout);
-            new PopWorkload(h).run();
-            rc = 0;
-        } catch (Harness.HarnessError e) {
-            System.err.println("HARNESS ERROR: " + e.getMessage());
-            rc = 2;
-        } catch (Throwable t) {
-            t.printStackTrace();
-            System.err.println("HARNESS ERROR: " + t);
-            rc = 3;
-        } finally {
-            if (h != null) {
-                h.killChildren();
-            }
-        }
-        System.out.flush();
-        System.err.flush();
-        // G_PUSHPOP's listener threads never return; exit explicitly.
-        Runtime.getRuntime().halt(rc);
+        Scenario.main(args, "PopWorkload", Set.of(VARIANT), (h, variant) -> new PopWorkload(h));
     }
 
     // =================================================================== flow
 
-    void run() throws Exception {
-        Runtime.getRuntime().addShutdownHook(new Thread(h::killChildren, "harness-kill-children"));
-        if (Files.exists(h.store) && Files.list(h.store).findAny().isPresent()) {
-            throw new Harness.HarnessError("store directory is not empty: " + h.store);
-        }
-        for (Path p : List.of(h.store, h.truth, h.logs, h.work, h.work.resolve("home"),
-            h.work.resolve("rmqhome/conf"))) {
-            Files.createDirectories(p);
-        }
-        h.mark("start");
-        Path driverLogback = h.work.resolve("rmqhome/conf/logback_driver.xml");
-        Harness.writeLogback(driverLogback, h.logs.resolve("driver-client.log"));
-        System.setProperty("rmq.logback.configurationFile", driverLogback.toString());
-        System.setProperty("logback.configurationFile", driverLogback.toString());
-        System.setProperty("rocketmq.client.logRoot", h.logs.resolve("driver-client").toString());
-        System.setProperty("user.home", h.work.resolve("home").toString());
-        System.setProperty("rocketmq.client.rebalance.waitInterval", "1000");
-
-        Map<String, Object> run = new LinkedHashMap<>();
-        try {
-            runScenario(run);
-        } finally {
-            writeTruth(run);
-        }
-        h.killChildren();
-        Harness.deleteTree(h.work);
-    }
-
+    @Override
     void runScenario(Map<String, Object> run) throws Exception {
         String lo = h.loopback;
         int nsPort = Harness.freePort(lo, 0, 0);
@@ -1341,6 +1268,7 @@ final class PopWorkload {
 
     // =================================================================== truth
 
+    @Override
     void writeTruth(Map<String, Object> run) throws Exception {
         List<Map<String, Object>> msgs = wl == null ? new ArrayList<>() : new ArrayList<>(wl.sent);
         msgs.sort(Comparator.comparingInt(r -> (Integer) r.get("seq")));
