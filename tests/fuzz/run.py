@@ -37,7 +37,8 @@ INSTRUMENTED = [f"rmqlib.{name}" for name in (
     "commitlog.compression", "config", "queues.consumequeue", "queues.consumequeue_ext",
     "cli.dump", "common.fileio", "indexfile", "commitlog.innerbatch", "commitlog.msgid",
     "commitlog.properties", "timers.timerlog", "timers.timerwheel", "dledger.entries",
-    "dledger.arrow", "rocksdb.consume_queue", "rocksdb.config_store")]
+    "dledger.arrow", "rocksdb.consume_queue", "rocksdb.config_store", "compaction.store",
+    "controller.epochs")]
 
 
 def _rocksdb_pairs(database: Path, families: tuple[str, ...] = ("offset", "default"),
@@ -82,6 +83,12 @@ def _seeds(target: str) -> list[tuple[str, bytes]]:
         elif target == "rocksdb_config_v2" and (store / "config" / "rdb" / "CURRENT").is_file():
             seeds.append((f"{variant.name}-rdb", _rocksdb_pairs(store / "config" / "rdb",
                                                                 ("default",))))
+        elif target == "compaction_queue":
+            for queue in sorted(store.glob("compaction/compactionCq/*/*/[0-9]*"))[:2]:
+                add(f"compaction-cq-{queue.parent.name}-{queue.name}", queue, None)
+        elif target == "epoch_file":
+            add("epoch-file", store / "epochFileCheckpoint", None)
+            add("epoch-file-bak", store / "epochFileCheckpoint.bak", None)
         elif target == "consumequeue":
             for queue in sorted((store / "consumequeue").glob("*/*/*"))[:6]:
                 add(f"cq-{queue.parent.parent.name}-{queue.parent.name}", queue)
@@ -111,6 +118,17 @@ def _seeds(target: str) -> list[tuple[str, bytes]]:
                           (b"\x01\x00\x03\x01data_version", bytes(24))])
         seeds.append(("encoded", b"".join(bytes([len(k), len(v)]) + k + v
                                           for k, v in records)))
+    if target == "epoch_file":  # two terms, as the broker writes them (CRC included)
+        from rmqlib.controller import encode_epoch_file
+
+        seeds.append(("encoded", encode_epoch_file([(1, 0), (5, 707447)])))
+    if target == "compaction_queue":  # two units and the end unit of a rolled segment
+        import struct
+
+        unit = struct.Struct(">qiqqqhii")
+        seeds.append(("encoded", unit.pack(0, 273, 7, 1_700_000_000_000, 70, 1, -1, 0)
+                      + unit.pack(273, 258, 7, 1_700_000_000_001, 71, 1, -1, 0)
+                      + unit.pack(-1, 0, 0, 0, 0, 0, -1, 0) + bytes(46)))
     if target == "batchconsumequeue" or target == "consumequeue_ext":
         from store_encoders import bcq_unit, cqx_unit
 

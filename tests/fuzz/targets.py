@@ -355,6 +355,36 @@ def rocksdb_config_v2(data: bytes) -> None:
                                     f"{len(foreign)} of no table, {held} read, {len(bad)} bad")
 
 
+def compaction_queue(data: bytes) -> None:
+    """A compacted topic's sparse queue file (46-byte units, end units as filler): every
+    byte accounted, every unit returned is valid by the broker's rule and lies in the
+    account's decoded bytes."""
+    from rmqlib.compaction.store import decode_queue_bytes
+
+    units, account = decode_queue_bytes(data, "compaction-cq")
+    account.check()
+    if len(units) * 46 != account.decoded:
+        raise PropertyViolation(f"{len(units)} units, {account.decoded} decoded bytes")
+    for unit in units:
+        if unit.position < 0 or unit.size <= 0 or unit.queue_offset < 0 or unit.batch_size <= 0:
+            raise PropertyViolation(f"an invalid unit was returned at {unit.file_position}")
+
+
+def epoch_file(data: bytes) -> None:
+    """Controller mode's epochFileCheckpoint: entries, a rejection (the broker falls back
+    to the .bak) or a typed error where the broker fails to start; never another exception,
+    every byte accounted; an accepted file's entries increase as the broker keeps them."""
+    from rmqlib.controller import decode_epoch_bytes
+
+    copy = decode_epoch_bytes(data, "epochFileCheckpoint")
+    copy.account.check()
+    if copy.fatal is not None:
+        raise copy.fatal
+    epochs = [entry.epoch for entry in copy.entries]
+    if epochs != sorted(set(epochs)):
+        raise PropertyViolation(f"entries not one per epoch in order: {epochs[:8]}")
+
+
 def check_tiles(rows: list[dict], size: int) -> None:
     """Dump rows (records and regions) cover [0, size) in order, each byte once."""
     position = 0
@@ -383,6 +413,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "config_json": config_json, "dump_commitlog": dump_commitlog, "timerlog": timerlog,
     "innerbatch": innerbatch, "dledger": dledger, "dledger_arrow": dledger_arrow,
     "rocksdb_consume_queue": rocksdb_consume_queue, "rocksdb_config_v2": rocksdb_config_v2,
+    "compaction_queue": compaction_queue, "epoch_file": epoch_file,
 }
 
 
