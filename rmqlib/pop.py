@@ -204,6 +204,47 @@ def _json_object(body: bytes) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+# KV pop (popConsumerKVServiceEnable; broker/.../pop/PopConsumerService, PopConsumerRocksdbStore,
+# PopConsumerRecord): one record per popped, unacked message in kvStore/'s column family popState;
+# an ack or a revive deletes it. Key: visible-again time (int64 BE) | group "@" topic "@" | queue
+# id (int32 BE) | "@" | queue offset (int64 BE); value: the record as JSON.
+KV_DIRECTORY, KV_FAMILY = "kvStore", "popState"
+KV_VALUE_FIELDS = ("groupId", "topicId", "queueId", "offset", "popTime", "invisibleTime")
+
+
+def decode_kv_records(pairs: Iterable[tuple[bytes, bytes]]
+                      ) -> tuple[list[InFlight], list[tuple[bytes, str]]]:
+    """The in-flight messages of KV pop records (key, value) and the records that are none
+    (key, reason): the value's JSON names the message; its key must agree."""
+    found: list[InFlight] = []
+    bad: list[tuple[bytes, str]] = []
+    for key, value in pairs:
+        body = _json_object(value)
+        if body is None or any(name not in body for name in KV_VALUE_FIELDS):
+            bad.append((key, "value is not a pop record's JSON"))
+            continue
+        try:
+            message = InFlight(str(body["groupId"]), str(body["topicId"]), int(body["queueId"]),
+                               int(body["offset"]), int(body["popTime"]),
+                               int(body["popTime"]) + int(body["invisibleTime"]), -1)
+        except (TypeError, ValueError) as error:
+            bad.append((key, f"value: {error}"))
+            continue
+        if key != kv_key(message):
+            bad.append((key, "key does not name the message its value holds"))
+            continue
+        found.append(message)
+    return sorted(found, key=lambda m: (m.group, m.topic, m.queue_id, m.queue_offset)), bad
+
+
+def kv_key(message: InFlight) -> bytes:
+    """PopConsumerRecord#getKeyBytes of a message."""
+    names = f"{message.group}@{message.topic}@".encode()
+    return (message.visible_at.to_bytes(8, "big", signed=True) + names
+            + message.queue_id.to_bytes(4, "big", signed=True) + b"@"
+            + message.queue_offset.to_bytes(8, "big", signed=True))
+
+
 def revive_offsets(offsets: Iterable[tuple[str, str, int, int]]) -> dict[int, int]:
     """The revive group's committed offset per revive queue, from (topic, group, queue id,
     offset) consumer-offset rows."""

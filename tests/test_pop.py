@@ -3,9 +3,10 @@
 Hypothesis draws pops and acks and writes them as the broker does (each checkpoint and ack
 once under the timer topic and, when due, again under the revive topic, in any order): the
 in-flight set is every popped offset not acked, whatever the order and the copies. The real
-5.5.0 broker of the harness (``v5-pop``) holds the reader to the in-flight set the client
-left (pops, acks, a batch ack, a changed invisible time), and the lakehouse's in-flight
-column to ``consumerProgress``.
+5.5.0 brokers of the harness hold the reader to the in-flight set the client left (pops,
+acks, a batch ack, a changed invisible time), in classic pop (``v5-pop``: checkpoint and ack
+records) and KV pop (``v5-pop-kv``: kvStore/ records), and the lakehouse's in-flight column
+to ``consumerProgress``. KV records drawn by hypothesis round-trip through their key.
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ from rmqlib.pop import (
     REVIVE_GROUP,
     REVIVE_TOPIC_PREFIX,
     TIMER_TOPIC,
+    InFlight,
     PopRecord,
+    decode_kv_records,
+    kv_key,
     read_pop_state,
     revive_offsets,
 )
@@ -90,6 +94,22 @@ def test_any_body_is_read_or_named_never_an_exception(body: bytes, tag: str) -> 
     assert len(state.checkpoints) + len(state.unreadable) + state.orphan_acks <= 1
 
 
+@given(group=st.text(st.characters(codec="ascii", exclude_characters="@"), min_size=1,
+                    max_size=10),
+       queue=st.integers(0, 2**31 - 1), offset=st.integers(0, 2**62),
+       pop_time=st.integers(0, 2**40), invisible=st.integers(0, 2**30))
+def test_a_kv_pop_record_round_trips_and_a_foreign_one_is_named(
+        group: str, queue: int, offset: int, pop_time: int, invisible: int) -> None:
+    value = json.dumps({"popTime": pop_time, "groupId": group, "topicId": "T", "queueId": queue,
+                        "retryFlag": 0, "invisibleTime": invisible, "offset": offset}).encode()
+    message = InFlight(group, "T", queue, offset, pop_time, pop_time + invisible, -1)
+    found, bad = decode_kv_records([(kv_key(message), value), (b"junk", value),
+                                    (kv_key(message), b"{}")])
+    assert found == [message]
+    assert [why for _, why in bad] == ["key does not name the message its value holds",
+                                       "value is not a pop record's JSON"]
+
+
 # --------------------------------------------------------------------------- the real broker
 
 
@@ -125,8 +145,8 @@ def test_the_messages_in_flight_are_the_ones_the_clients_left_unacked(pop_store:
 def test_a_night_gives_consumer_progress_in_flight_column(pop_store: Path,
                                                           tmp_path: Path) -> None:
     """consumer_lag.inflight_messages is consumerProgress's: 20 per queue for the pull
-    group that pulled past its commit, 0 for the pop groups (the broker's own number does
-    not count popped messages)."""
+    group that pulled past its commit; for the pop groups 0 (classic) or G_POP's last batch
+    (KV): the broker's own number does not count the popped messages."""
     from pipeline_nights import assert_progress_equals, offsets_and_lag, run_night, write_config
 
     store = pop_store / "store"
@@ -134,5 +154,8 @@ def test_a_night_gives_consumer_progress_in_flight_column(pop_store: Path,
     truth = jsonl(pop_store / "truth" / "consumer_groups.jsonl")
     offsets, lag = offsets_and_lag(tmp_path / "warehouse", "pop-a", "2026-11-24T0200Z")
     assert_progress_equals(truth, offsets, lag)
+    # classic pop never writes a pull offset; KV pop's is the end of the last pop batch
+    popped = 20 if pop_store.name.endswith("-kv") else 0
     assert {key[0]: row["inflight_messages"] for key, row in lag.items()
-            if key[1] == "TopicPop"} == {"G_POP": 0, "G_PUSHPOP": 0, "G_PUSH": 0, "G_PULL": 20}
+            if key[1] == "TopicPop"} == {"G_POP": popped, "G_PUSHPOP": 0, "G_PUSH": 0,
+                                         "G_PULL": 20}

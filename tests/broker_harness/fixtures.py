@@ -144,10 +144,12 @@ def compaction_store() -> Path:
     return _variant(stores.COMPACTION_VARIANT)
 
 
-@pytest.fixture(scope="session")
-def pop_store() -> Path:
-    """The ``v5-pop`` variant dir: ``store/`` (one 5.5.0 broker, classic POP: checkpoints and
-    acks in the commitlog through ``rmq_sys_wheel_timer``; clean shutdown) with ``TopicPop``
+@pytest.fixture(scope="session", params=[stores.POP_VARIANT, stores.POP_KV_VARIANT])
+def pop_store(request: pytest.FixtureRequest) -> Path:
+    """A pop variant dir, each test once per way the broker keeps pop state: ``v5-pop``
+    (classic: checkpoints and acks in the commitlog through ``rmq_sys_wheel_timer``) and
+    ``v5-pop-kv`` (KV pop: a ``kvStore/`` record per popped message). ``store/`` (one 5.5.0
+    broker; clean shutdown) with ``TopicPop``
     (2 queues x 100) and four groups: ``G_POP`` (low-level pop/ack/batch ack/changeInvisibleTime,
     25 + 20 messages left in flight), ``G_PUSHPOP`` (a push consumer in POP mode, offsets 5-7 of
     each queue left in flight), ``G_PUSH`` (classic, everything committed) and ``G_PULL``
@@ -156,4 +158,4 @@ def pop_store() -> Path:
     topic_stats, pop.json: every pop, ack, batch ack and changeInvisibleTime, the in-flight sets
     at s1 and at the end, the revive topic, the broker's POP settings and the check of
     ``config/consumerOffset.json`` against the admin rows). Generated on first use (~45 s)."""
-    return _variant(stores.POP_VARIANT)
+    return _variant(request.param)

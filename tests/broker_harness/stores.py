@@ -92,9 +92,14 @@ CONTROLLER_VARIANT = "v5-controller"
 #: POP: checkpoints and acks in the commitlog, messages left in flight) next to classic push and
 #: pull groups (``PopWorkload.java``, own ``main``).
 POP_VARIANT = "v5-pop"
+#: Built only on request too: the v5-pop scenario with KV pop (popConsumerKVServiceEnable): the
+#: in-flight messages are records of kvStore/ (RocksDB, column family popState), not commitlog
+#: checkpoints.
+POP_KV_VARIANT = "v5-pop-kv"
 EXTRA_VARIANTS: tuple[str, ...] = (GROWING_VARIANT, FEATURES_VARIANT, CLUSTER_VARIANT,
                                    DLEDGER_VARIANT, *ROCKSDB_VARIANTS, DLEDGER4_VARIANT,
-                                   COMPACTION_VARIANT, CONTROLLER_VARIANT, POP_VARIANT)
+                                   COMPACTION_VARIANT, CONTROLLER_VARIANT, POP_VARIANT,
+                                   POP_KV_VARIANT)
 ALL_VARIANTS: tuple[str, ...] = VARIANTS + EXTRA_VARIANTS
 DEFAULT_VARIANT = "v5-clean"
 CACHE_ENV = "RMQ_STORE_CACHE"
@@ -131,9 +136,10 @@ IPV6_VARIANTS: tuple[str, ...] = (FEATURES_VARIANT,)
 MODE_VARIANTS = (DLEDGER_VARIANT, *ROCKSDB_VARIANTS, DLEDGER4_VARIANT, COMPACTION_VARIANT)
 MAIN_CLASSES: dict[str, str] = dict.fromkeys(MODE_VARIANTS, "rmqharness.ModeWorkload")
 MAIN_CLASSES[CONTROLLER_VARIANT] = "rmqharness.ControllerWorkload"
-MAIN_CLASSES[POP_VARIANT] = "rmqharness.PopWorkload"
+MAIN_CLASSES[POP_VARIANT] = MAIN_CLASSES[POP_KV_VARIANT] = "rmqharness.PopWorkload"
 #: Scenario classes that serve several variants (others serve the variant ``*-<scenario>``).
 SCENARIO_OF: dict[str, str] = dict.fromkeys(MODE_VARIANTS, "mode")
+SCENARIO_OF[POP_KV_VARIANT] = "pop"
 
 
 def driver_jvm_opts(variant: str) -> list[str]:

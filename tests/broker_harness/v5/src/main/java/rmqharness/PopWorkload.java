@@ -53,8 +53,9 @@ import org.apache.rocketmq.remoting.protocol.header.PopMessageRequestHeader;
 import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
 
 /**
- * The {@code v5-pop} scenario: one 5.5.0 broker (classic POP: {@code enablePopBufferMerge=false},
- * {@code popConsumerKVServiceEnable=false}, {@code timerWheelEnable=true}, as the broker's defaults) whose store holds
+ * The {@code v5-pop} and {@code v5-pop-kv} scenario: one 5.5.0 broker (classic POP: {@code enablePopBufferMerge=false},
+ * {@code popConsumerKVServiceEnable=false}, {@code timerWheelEnable=true}, as the broker's defaults; {@code v5-pop-kv}:
+ * {@code popConsumerKVServiceInit} and {@code popConsumerKVServiceEnable}, KV pop) whose store holds
  * the state of POP consumers next to classic ones, all on {@code TopicPop} (2 queues, 100 messages each, keys, tags,
  * user properties; message n goes to queue n % 2 at queue offset n / 2).
  *
@@ -89,7 +90,12 @@ import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
  * {@code snapshots.json}, {@code run.json}.
  */
 final class PopWorkload extends Scenario {
-    static final String VARIANT = "v5-pop";
+    /**
+     * The variants this class runs: classic pop ({@code v5-pop}: checkpoints and acks in the commitlog) and KV pop
+     * ({@code v5-pop-kv}: {@code popConsumerKVServiceEnable}, one {@code kvStore/} record per popped message).
+     */
+    static final Map<String, Boolean> KV = Map.of("v5-pop", false, "v5-pop-kv", true);
+    final String variant;
     static final long SEED = 20240620L;
     static final String T_POP = "TopicPop";
     static final int QUEUES = 2;
@@ -142,13 +148,14 @@ final class PopWorkload extends Scenario {
     String brokerAddr;
     long s1CopyStartMs = -1;
 
-    PopWorkload(Harness h) {
+    PopWorkload(Harness h, String variant) {
         super(h);
+        this.variant = variant;
     }
 
-    /** Usage: {@code java -cp ... rmqharness.PopWorkload --variant v5-pop --out DIR [--timeout SEC]}. */
+    /** Usage: {@code java -cp ... rmqharness.PopWorkload --variant v5-pop|v5-pop-kv --out DIR [--timeout SEC]}. */
     public static void main(String[] args) {
-        Scenario.main(args, "PopWorkload", Set.of(VARIANT), (h, variant) -> new PopWorkload(h));
+        Scenario.main(args, "PopWorkload", KV.keySet(), PopWorkload::new);
     }
 
     // =================================================================== flow
@@ -172,10 +179,12 @@ final class PopWorkload extends Scenario {
 
         Map<String, String> brokerConf = h.brokerConfig(nsAddr, brokerPort);
         // classic POP, the 5.5.0 defaults written out: checkpoints and acks go to the commitlog (through the timer
-        // wheel), none is held in the merge buffer, no RocksDB kvStore
+        // wheel), none is held in the merge buffer, no RocksDB kvStore; v5-pop-kv: a kvStore/ record per popped
+        // message instead (PopConsumerService)
         brokerConf.put("timerWheelEnable", "true");
         brokerConf.put("enablePopBufferMerge", "false");
-        brokerConf.put("popConsumerKVServiceEnable", "false");
+        brokerConf.put("popConsumerKVServiceInit", String.valueOf(KV.get(variant)));
+        brokerConf.put("popConsumerKVServiceEnable", String.valueOf(KV.get(variant)));
 
         Path nsConfFile = h.work.resolve("namesrv.conf");
         Path brokerConfFile = h.work.resolve("broker.conf");
@@ -186,7 +195,7 @@ final class PopWorkload extends Scenario {
         Harness.writeLogback(h.work.resolve("rmqhome/conf/logback_namesrv.xml"), h.logs.resolve("namesrv.log"));
         Harness.writeLogback(h.work.resolve("rmqhome/conf/logback_broker.xml"), h.logs.resolve("broker.log"));
 
-        run.put("variant", VARIANT);
+        run.put("variant", variant);
         run.put("brokerLine", Compat.LINE);
         run.put("rocketmqVersion", Harness.rocketmqJarVersion());
         run.put("mqVersionDesc", org.apache.rocketmq.common.MQVersion.getVersionDesc(
