@@ -159,3 +159,15 @@ def test_a_night_gives_consumer_progress_in_flight_column(pop_store: Path,
     assert {key[0]: row["inflight_messages"] for key, row in lag.items()
             if key[1] == "TopicPop"} == {"G_POP": popped, "G_PUSHPOP": 0, "G_PUSH": 0,
                                          "G_PULL": 20}
+
+
+@pytest.mark.broker
+def test_verify_is_clean_and_counts_kv_pops_messages(pop_store: Path) -> None:
+    from rmqlib.store.verify import verify_store
+
+    report = verify_store(pop_store / "store")
+    assert report.errors == [], report.errors
+    truth = json.loads((pop_store / "truth" / "pop.json").read_text())
+    in_kv = sum(len(r["offsets"]) for r in truth["inflight"]) if pop_store.name.endswith(
+        "-kv") else 0
+    assert report.counts["pop_in_flight"] == in_kv

@@ -344,7 +344,8 @@ def _resume_at(copy: Path, growth: Growth, walked_to: int, end: int) -> int:
 
 
 ROCKSDB_ATTEMPTS = 5
-ROCKSDB_KINDS = frozenset((FileKind.ROCKSDB, FileKind.ROCKSDB_CQ, FileKind.ROCKSDB_CONFIG))
+ROCKSDB_KINDS = frozenset((FileKind.ROCKSDB, FileKind.ROCKSDB_CQ, FileKind.ROCKSDB_CONFIG,
+                           FileKind.ROCKSDB_POP))
 
 
 def rocksdb_databases(files: Iterable[SourceFile]) -> list[PurePosixPath]:

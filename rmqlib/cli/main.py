@@ -951,7 +951,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         ("bcq_units", "batch consume-queue units"), ("cq_ext_units", "ext addresses"),
         ("timers_pending", "pending timer messages"),
         ("compacted_units", "units of compacted topics"),
-        ("epochs", "controller epochs")) if counts.get(key))
+        ("epochs", "controller epochs"),
+        ("pop_in_flight", "KV pop messages in flight")) if counts.get(key))
     print(f"verified {report.root} ({report.inventory.generation}): "
           f"{counts['commitlog_records']} commitlog records, {counts['cq_units']} "
           f"consume-queue units, {counts['index_entries']} index entries, "

@@ -23,6 +23,7 @@ from rmqlib.controller import EPOCH_FILE, IDENTITY_FILE, TEMP_IDENTITY_FILE
 from rmqlib.dledger import layout as DL
 from rmqlib.errors import NotAStoreFileError
 from rmqlib.markers import MarkerContent, read_abort
+from rmqlib.pop import KV_DIRECTORY
 from rmqlib.rocksdb.config_store import CONFIG_DATABASES, V2_DIRECTORY
 
 SEGMENT_NAME = re.compile(r"^\d{20}$")
@@ -69,6 +70,8 @@ class FileKind(StrEnum):
     # consumequeue/, and topics, groups and offsets in config/<table>/ (configManagerVersion=v1).
     ROCKSDB_CQ = "rocksdb_cq"
     ROCKSDB_CONFIG = "rocksdb_config"
+    # KV pop's kvStore/ (popConsumerKVServiceEnable; rmqlib.pop).
+    ROCKSDB_POP = "rocksdb_pop"
     # The compaction log and sparse queue of a 5.x compacted topic (rmqlib.compaction).
     COMPACTION = "compaction"
     # Controller mode's epochFileCheckpoint and brokerIdentity (rmqlib.controller).
@@ -89,7 +92,6 @@ ROCKSDB_REASONS: dict[str, str] = {
     "decoded; queue positions held only in RocksDB are not read",
     "config": "a RocksDB directory of config/ that is no config table's database: present, "
     "not decoded",
-    "kvStore": "RocksDB pop-consumer state (5.x kvStore): present, not decoded",
     "rocksdbstore": "RocksDB state store (5.5.x rocksdbstore/): present, not decoded",
 }
 
@@ -180,7 +182,9 @@ def classify(relative: Path, size: int) -> StoreFile:
         kind = FileKind.TIMER_LOG
     elif top == "compaction":
         kind = FileKind.COMPACTION
-    elif top in ("kvStore", "rocksdbstore"):  # rocksdbstore/: seen in 5.5.x stores
+    elif top == KV_DIRECTORY:
+        kind = FileKind.ROCKSDB_POP
+    elif top == "rocksdbstore":  # seen in 5.5.x stores
         kind = FileKind.ROCKSDB
     elif top.startswith(DLEDGER_PREFIX):
         kind = _classify_dledger_file(parts)
@@ -281,7 +285,8 @@ def detect_features(inventory: Inventory) -> set[str]:
         "batch_consume_queue": FileKind.BATCH_CONSUME_QUEUE in kinds,
         "consume_queue_ext": FileKind.CONSUME_QUEUE_EXT in kinds,
         "compaction": FileKind.COMPACTION in kinds,
-        "rocksdb": bool({FileKind.ROCKSDB, FileKind.ROCKSDB_CQ, FileKind.ROCKSDB_CONFIG} & kinds),
+        "rocksdb": bool({FileKind.ROCKSDB, FileKind.ROCKSDB_CQ, FileKind.ROCKSDB_CONFIG,
+                       FileKind.ROCKSDB_POP} & kinds),
         "rocksdb_consume_queue": FileKind.ROCKSDB_CQ in kinds,
         "rocksdb_config_v2": any(f.kind is FileKind.ROCKSDB_CONFIG
                                  and f.path.parts[1] == V2_DIRECTORY for f in inventory.files),
@@ -303,8 +308,8 @@ def detect_generation(inventory: Inventory) -> tuple[str, list[str]]:
     if abort is not None and abort.kind == "pid":
         five.append("abort holds a PID (5.x writes its PID; 4.x leaves it empty)")
     if {FileKind.TIMER_LOG, FileKind.BATCH_CONSUME_QUEUE, FileKind.COMPACTION,
-            FileKind.ROCKSDB, FileKind.ROCKSDB_CQ, FileKind.ROCKSDB_CONFIG} & {
-                f.kind for f in inventory.files}:
+            FileKind.ROCKSDB, FileKind.ROCKSDB_CQ, FileKind.ROCKSDB_CONFIG,
+            FileKind.ROCKSDB_POP} & {f.kind for f in inventory.files}:
         five.append("5.x-only directories present (timerlog/batchconsumequeue/compaction/RocksDB)")
     five.extend(_config_evidence(root))
     four = _four_evidence(root, abort)

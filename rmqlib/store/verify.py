@@ -78,6 +78,7 @@ from rmqlib.indexfile import (
     IndexFile,
     list_index_files,
 )
+from rmqlib.pop import KV_DIRECTORY, KV_FAMILY, decode_kv_records
 from rmqlib.queues.batchconsumequeue import (
     BCQ_UNIT_SIZE,
     BcqFileDecode,
@@ -96,7 +97,7 @@ from rmqlib.queues.consumequeue import (
 )
 from rmqlib.queues.consumequeue_ext import ExtResolver
 from rmqlib.rocksdb.consume_queue import QueueUnits, read_queues
-from rmqlib.rocksdb.database import is_database
+from rmqlib.rocksdb.database import is_database, open_readonly
 from rmqlib.store.inventory import Inventory, take_inventory
 from rmqlib.timers.timer_store import check_timer_store, commitlog_properties, read_timer_store
 
@@ -178,6 +179,7 @@ def verify_store(root: str | Path, *, verify_crc: bool = True) -> VerifyReport:
     _check_timers(report)
     _check_compaction(report, facts)
     _check_controller(report, facts)
+    _check_pop_kv(report)
     _check_config(report, queues.bounds)
     return report
 
@@ -973,6 +975,23 @@ def _check_controller(report: VerifyReport, facts: RecordFacts) -> None:
                 continue
             report.account(identity.account)
             _report_controller(report, root / name, check_identity(identity))
+
+
+def _check_pop_kv(report: VerifyReport) -> None:
+    """KV pop's kvStore/ (read on a clone): every popState record is a popped message its
+    key names; the messages in flight are counted."""
+    database = report.root / KV_DIRECTORY
+    if not is_database(database):
+        return
+    try:
+        with open_readonly(database) as db:
+            flying, bad = decode_kv_records(db.items(KV_FAMILY))
+    except StoreError as error:
+        report.add(ERROR, "pop", error.path, error.offset, error.reason)
+        return
+    report.counts["pop_in_flight"] += len(flying)
+    for key, reason in bad:
+        report.add(ERROR, "pop", database, None, f"{KV_FAMILY} record {key[:40].hex()}: {reason}")
 
 
 def _report_controller(report: VerifyReport, path: object, findings: list) -> None:
