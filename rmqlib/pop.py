@@ -95,7 +95,8 @@ class InFlight:
     queue_offset: int
     pop_time: int
     visible_at: int
-    revive_queue_id: int
+    revive_queue_id: int  # its checkpoint's revive queue (-1 for KV pop)
+    kv: bool = False      # kept in kvStore/ (KV pop), not by checkpoint records
 
 
 @dataclass
@@ -226,7 +227,7 @@ def decode_kv_records(pairs: Iterable[tuple[bytes, bytes]]
         try:
             message = InFlight(str(body["groupId"]), str(body["topicId"]), int(body["queueId"]),
                                int(body["offset"]), int(body["popTime"]),
-                               int(body["popTime"]) + int(body["invisibleTime"]), -1)
+                               int(body["popTime"]) + int(body["invisibleTime"]), -1, kv=True)
         except (TypeError, ValueError) as error:
             bad.append((key, f"value: {error}"))
             continue

@@ -20,7 +20,8 @@ IN_PROCESS_OPTIONS = dataclasses.replace(TEST_OPTIONS, engine="local")
 # What a load writes: every table but the checks' and the audit logs.
 LOADED_TABLES = (T.MESSAGES, T.QUEUE_ENTRIES, T.INDEX_ENTRIES, T.TOPICS, T.SUBSCRIPTION_GROUPS,
                  T.CONSUMER_OFFSETS, T.DELAY_OFFSETS, T.PENDING_TIMERS, T.COMPACTED_ENTRIES,
-                 T.BROKER_EPOCHS, T.SNAPSHOTS, T.QUARANTINE, T.RETENTION_GAPS, T.LOAD_STATE)
+                 T.BROKER_EPOCHS, T.POP_IN_FLIGHT, T.SNAPSHOTS, T.QUARANTINE,
+                 T.RETENTION_GAPS, T.LOAD_STATE)
 
 
 def load(spark, warehouse: Path, broker: str, snapshot_id: str, store: Path,  # type: ignore[no-untyped-def]

@@ -38,9 +38,9 @@ from jobs.lakehouse.contracts import (
 
 TABLES = ("messages", "queue_entries", "index_entries", "message_lookup", "topics",
           "subscription_groups", "consumer_offsets", "delay_offsets", "pending_timers",
-          "compacted_entries", "broker_epochs", "snapshots", "quarantine", "retention_gaps",
-          "load_state", "load_runs", "maintenance_runs", "check_results", "consumer_lag",
-          "consumer_status", "alerts", "cluster_lag", "replica_status")
+          "compacted_entries", "broker_epochs", "pop_in_flight", "snapshots", "quarantine",
+          "retention_gaps", "load_state", "load_runs", "maintenance_runs", "check_results",
+          "consumer_lag", "consumer_status", "alerts", "cluster_lag", "replica_status")
 APPEND_ONLY = {"messages", "queue_entries", "index_entries", "message_lookup", "load_runs",
                "maintenance_runs"}
 CONTRACT_FILES = sorted(CONTRACTS_DIR.glob("*.yaml"))

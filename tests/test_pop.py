@@ -102,7 +102,7 @@ def test_a_kv_pop_record_round_trips_and_a_foreign_one_is_named(
         group: str, queue: int, offset: int, pop_time: int, invisible: int) -> None:
     value = json.dumps({"popTime": pop_time, "groupId": group, "topicId": "T", "queueId": queue,
                         "retryFlag": 0, "invisibleTime": invisible, "offset": offset}).encode()
-    message = InFlight(group, "T", queue, offset, pop_time, pop_time + invisible, -1)
+    message = InFlight(group, "T", queue, offset, pop_time, pop_time + invisible, -1, kv=True)
     found, bad = decode_kv_records([(kv_key(message), value), (b"junk", value),
                                     (kv_key(message), b"{}")])
     assert found == [message]
@@ -171,3 +171,33 @@ def test_verify_is_clean_and_counts_kv_pops_messages(pop_store: Path) -> None:
     in_kv = sum(len(r["offsets"]) for r in truth["inflight"]) if pop_store.name.endswith(
         "-kv") else 0
     assert report.counts["pop_in_flight"] == in_kv
+
+
+@pytest.mark.broker
+def test_a_nights_pop_in_flight_rows_are_the_clients_unacked_messages(pop_store: Path,
+                                                                      tmp_path: Path) -> None:
+    """Both copies, each its own night: the pop_in_flight rows are exactly the messages the
+    client left popped and unacked, and consumer_lag.popped_messages counts them."""
+    from pipeline_nights import offsets_and_lag, rows, run_night, write_config
+
+    from jobs.lakehouse import tables as T
+
+    truth = json.loads((pop_store / "truth" / "pop.json").read_text())
+    config = write_config(tmp_path, "pop-a", pop_store / "store")
+    nights = {"2026-11-23T0200Z": (pop_store / "snapshots" / "s1" / "store",
+                                   truth["snapshots"]["s1"]["inflight"]),
+              "2026-11-24T0200Z": (pop_store / "store", truth["inflight"])}
+    for snapshot_id, (store, want) in nights.items():
+        run_night(config, snapshot_id, store)
+        got: dict[tuple[str, str, int], list[int]] = {}
+        for row in sorted(rows(tmp_path / "warehouse", T.POP_IN_FLIGHT, broker="pop-a",
+                               snapshot_id=snapshot_id), key=lambda r: r["queue_offset"]):
+            got.setdefault((row["group_name"], row["topic"], row["queue_id"]), []).append(
+                row["queue_offset"])
+            assert row["pop_state"] == ("kv" if pop_store.name.endswith("-kv") else "checkpoint")
+        assert got == truth_in_flight(want)
+        # consumer_lag has a row per queue with an offset (the hot copy predates G_POP's)
+        lag = offsets_and_lag(tmp_path / "warehouse", "pop-a", snapshot_id)[1]
+        assert {key: row["popped_messages"] for key, row in lag.items() if row["popped_messages"]
+                } == {key: len(offsets) for key, offsets in got.items() if key in lag}
+    assert set(got) <= set(lag)  # at the end every popping group has its offsets

@@ -91,7 +91,10 @@ def consumer_lag_sql(scope: SnapshotScope) -> str:
             JOIN rc_units u ON u.topic = m.topic AND u.queue_id = m.queue_id
              AND u.queue_offset <= m.consumer_offset - 1
              AND m.consumer_offset - 1 < u.queue_offset + coalesce(u.batch_size, 1)
-            WHERE m.status IN ('ok', 'above_max') AND m.consumer_offset > m.min_offset)
+            WHERE m.status IN ('ok', 'above_max') AND m.consumer_offset > m.min_offset),
+        popped AS (  -- pop consumers' messages taken and neither acked nor back yet
+            SELECT group_name, topic, queue_id, count(*) AS popped_messages
+            FROM rc_pop GROUP BY group_name, topic, queue_id)
         SELECT {scope.broker_sql} AS broker, {scope.snapshot_sql} AS snapshot_id,
                m.group_name, m.topic, m.queue_id,
                {TOPIC_KIND} AS topic_kind,
@@ -107,10 +110,12 @@ def consumer_lag_sql(scope: SnapshotScope) -> str:
                {taken_at} AS snapshot_taken_at,
                CASE WHEN m.pull_offset IS NOT NULL AND m.consumer_offset IS NOT NULL
                     THEN greatest(m.pull_offset, m.consumer_offset, 0)
-                         - greatest(m.consumer_offset, 0) END AS inflight_messages
+                         - greatest(m.consumer_offset, 0) END AS inflight_messages,
+               coalesce(p.popped_messages, 0) AS popped_messages
         FROM measured m
         LEFT JOIN unconsumed x USING (group_name, topic, queue_id)
         LEFT JOIN last_consumed lc USING (group_name, topic, queue_id)
+        LEFT JOIN popped p USING (group_name, topic, queue_id)
         LEFT JOIN rc_msg oldest ON oldest.physical_offset = x.oldest_offset
         LEFT JOIN rc_msg last ON last.physical_offset = lc.last_offset
     """

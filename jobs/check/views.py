@@ -121,7 +121,7 @@ def _bounds_sql(scope: SnapshotScope, cl_min: int) -> str:
 # The tables the views read, each as ``rc_all_<table>``.
 SOURCES = (T.MESSAGES, T.QUEUE_ENTRIES, T.INDEX_ENTRIES, T.TOPICS, T.SUBSCRIPTION_GROUPS,
            T.CONSUMER_OFFSETS, T.DELAY_OFFSETS, T.PENDING_TIMERS, T.COMPACTED_ENTRIES,
-           T.BROKER_EPOCHS, T.QUARANTINE, T.RETENTION_GAPS)
+           T.BROKER_EPOCHS, T.POP_IN_FLIGHT, T.QUARANTINE, T.RETENTION_GAPS)
 
 
 def create_views(engine: CheckEngine, scope: SnapshotScope) -> None:
@@ -166,6 +166,8 @@ def create_views(engine: CheckEngine, scope: SnapshotScope) -> None:
         "rc_epochs_before": f"""
             SELECT * FROM rc_all_broker_epochs
             WHERE broker = {b} AND snapshot_id IN ({visible}) AND snapshot_id <> {s}""",
+        "rc_pop": f"""
+            SELECT * FROM rc_all_pop_in_flight WHERE broker = {b} AND snapshot_id = {s}""",
         "rc_quarantine": f"""
             SELECT * FROM rc_all_quarantine WHERE broker = {b} AND snapshot_id = {s}""",
         "rc_gaps": f"""

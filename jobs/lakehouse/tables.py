@@ -52,6 +52,7 @@ DELAY_OFFSETS = "delay_offsets"
 PENDING_TIMERS = "pending_timers"
 COMPACTED_ENTRIES = "compacted_entries"
 BROKER_EPOCHS = "broker_epochs"
+POP_IN_FLIGHT = "pop_in_flight"
 SNAPSHOTS = "snapshots"
 # Bookkeeping.
 QUARANTINE = "quarantine"
@@ -70,7 +71,7 @@ REPLICA_STATUS = "replica_status"
 
 TABLES = (MESSAGES, QUEUE_ENTRIES, INDEX_ENTRIES, MESSAGE_LOOKUP, TOPICS, SUBSCRIPTION_GROUPS,
           CONSUMER_OFFSETS, DELAY_OFFSETS, PENDING_TIMERS, COMPACTED_ENTRIES, BROKER_EPOCHS,
-          SNAPSHOTS, QUARANTINE,
+          POP_IN_FLIGHT, SNAPSHOTS, QUARANTINE,
           RETENTION_GAPS, LOAD_STATE, LOAD_RUNS, MAINTENANCE_RUNS, CHECK_RESULTS, CONSUMER_LAG,
           CONSUMER_STATUS, ALERTS, CLUSTER_LAG, REPLICA_STATUS)
 # Written by a cluster's stage of the night, never by a broker's load or check.

@@ -310,6 +310,7 @@ class SnapshotLoad:
                 state_rows.compacted_entry_rows(broker, snapshot_id, store, self.compaction)),
             T.BROKER_EPOCHS: lambda broker, snapshot_id, store, _config: (
                 state_rows.broker_epoch_rows(broker, snapshot_id, store, self.controller)),
+            T.POP_IN_FLIGHT: state_rows.pop_in_flight_rows,
         }
         writes = {}
         for table, build in builders.items():

@@ -280,3 +280,20 @@ def broker_epoch_rows(broker: str, snapshot_id: str, store: Path,
             broker, snapshot_id, entry.epoch, entry.start_offset, entry.end_offset, used,
             identity.broker_id if identity else None, identity.cluster if identity else None))
     return [rows[epoch] for epoch in sorted(rows)]
+
+
+def pop_in_flight_rows(broker: str, snapshot_id: str, store: Path,
+                       config: ConfigDir) -> list[Row]:
+    """Messages pop consumers took and have neither acked nor got back, read from what is
+    still open in the store (rmqlib.store.pop_state.read_open_pop_state): the timer's
+    pending records, the revive topic past the revive group's offset, kvStore/. Records
+    that are no pop state are the verify's business; what cannot be read yields no row."""
+    from rmqlib.store.pop_state import read_open_pop_state
+
+    rows: dict[tuple[str, str, int, int], Row] = {}
+    for m in read_open_pop_state(store)[1]:
+        rows.setdefault((m.group, m.topic, m.queue_id, m.queue_offset), (
+            broker, snapshot_id, m.group, m.topic, m.queue_id, m.queue_offset, utc(m.pop_time),
+            utc(m.visible_at), "kv" if m.kv else "checkpoint",
+            None if m.kv else m.revive_queue_id))
+    return [rows[key] for key in sorted(rows)]
