@@ -118,10 +118,12 @@ def jsonl(path: Path) -> list[dict]:
 
 
 def store_in_flight(store: Path) -> dict[tuple[str, str, int], list[int]]:
-    from rmqlib.store.pop_state import read_store_pop_state
+    """The in-flight set of a full scan; the open records alone give the same."""
+    from rmqlib.store.pop_state import read_open_pop_state, read_store_pop_state
 
     state, flying = read_store_pop_state(store)
     assert state.unreadable == [] and state.orphan_acks == 0
+    assert read_open_pop_state(store)[1] == flying
     found: dict[tuple[str, str, int], list[int]] = {}
     for message in flying:
         found.setdefault((message.group, message.topic, message.queue_id), []).append(

@@ -728,13 +728,13 @@ def dump_controller(args: argparse.Namespace) -> int:
 def dump_pop(args: argparse.Namespace) -> int:
     """Pop consumers (a store root): every message popped and neither acked nor revived
     yet, by group, topic, queue and queue offset (rmqlib.pop: the checkpoint and ack
-    records of the commitlog against the revive group's offsets), then what could not be
-    read. A full scan of the store's records."""
+    records still open, against the revive group's offsets; KV pop's kvStore/), then what
+    could not be read."""
     from rmqlib.common.accounting import FileAccount
-    from rmqlib.store.pop_state import read_store_pop_state
+    from rmqlib.store.pop_state import read_open_pop_state
 
     root = existing(args.path)
-    state, flying = read_store_pop_state(root)
+    state, flying = read_open_pop_state(root)
 
     def each(window: Window, out: Output) -> Iterator[tuple[FileAccount, int]]:
         for message in flying:
