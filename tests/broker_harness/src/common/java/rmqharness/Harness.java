@@ -109,51 +109,7 @@ public final class Harness {
     }
 
     public static void main(String[] args) {
-        String variant = null;
-        String out = null;
-        int timeout = 300;
-        for (int i = 0; i < args.length; i++) {
-            switch (args[i]) {
-                case "--variant":
-                    variant = args[++i];
-                    break;
-                case "--out":
-                    out = args[++i];
-                    break;
-                case "--timeout":
-                    timeout = Integer.parseInt(args[++i]);
-                    break;
-                default:
-                    System.err.println("HARNESS ERROR: unknown argument " + args[i]);
-                    System.exit(64);
-            }
-        }
-        if (variant == null || out == null) {
-            System.err.println("HARNESS ERROR: usage: Harness --variant NAME --out DIR [--timeout SEC]");
-            System.exit(64);
-        }
-        Harness h = null;
-        int rc;
-        try {
-            h = new Harness(variant, Paths.get(out), timeout);
-            h.run();
-            rc = 0;
-        } catch (HarnessError e) {
-            System.err.println("HARNESS ERROR: " + e.getMessage());
-            rc = 2;
-        } catch (Throwable t) {
-            t.printStackTrace();
-            System.err.println("HARNESS ERROR: " + t);
-            rc = 3;
-        } finally {
-            if (h != null) {
-                h.killChildren();
-            }
-        }
-        System.out.flush();
-        System.err.flush();
-        // Client libraries leave non-daemon threads behind; exit explicitly.
-        Runtime.getRuntime().halt(rc);
+        StandaloneScenario.launch(args, "Harness", variant -> true, variant -> variant, (h, variant) -> h.run());
     }
 
     void mark(String phase) {

@@ -59,7 +59,7 @@ import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
  * (push) consumes everything; a hot copy {@code snapshots/s1/store} (StoreCopier) is taken before the last
  * ~100 messages; G_HALF (pull) commits half of every queue; clean shutdown (SIGTERM).
  */
-final class ModeWorkload extends Scenario {
+final class ModeWorkload extends StandaloneScenario {
     /** The variants this class runs, and the deployment mode each one puts its broker in. */
     static final Map<String, String> MODES = Map.of("v5-dledger", "dledger", "v5-rocksdb", "rocksdb",
         "v4-dledger", "dledger", "v5-rocksdb-single", "rocksdb", "v5-rocksdb-v2", "rocksdb",
@@ -140,7 +140,7 @@ final class ModeWorkload extends Scenario {
 
     /** Usage: {@code java -cp ... rmqharness.ModeWorkload --variant <a variant of MODES> --out DIR [--timeout SEC]}. */
     public static void main(String[] args) {
-        Scenario.main(args, "ModeWorkload", MODES.keySet(), ModeWorkload::new);
+        StandaloneScenario.main(args, "ModeWorkload", MODES.keySet(), ModeWorkload::new);
     }
 
     // =================================================================== flow

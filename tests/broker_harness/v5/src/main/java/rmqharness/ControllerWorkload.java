@@ -62,7 +62,7 @@ import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
  * {@code topic_stats.jsonl}, {@code controller.json}, {@code epoch_reader_cases.jsonl},
  * {@code identity_reader_cases.jsonl}, {@code run.json}.
  */
-final class ControllerWorkload extends Scenario {
+final class ControllerWorkload extends StandaloneScenario {
     static final String VARIANT = "v5-controller";
     static final long SEED = 20240617L;
     /** DLedger controller group: one peer, n0, inside the name server JVM. */
@@ -108,7 +108,7 @@ final class ControllerWorkload extends Scenario {
 
     /** Usage: {@code java -cp ... rmqharness.ControllerWorkload --variant v5-controller --out DIR [--timeout SEC]}. */
     public static void main(String[] args) {
-        Scenario.main(args, "ControllerWorkload", Set.of(VARIANT), (h, variant) -> new ControllerWorkload(h));
+        StandaloneScenario.main(args, "ControllerWorkload", Set.of(VARIANT), (h, variant) -> new ControllerWorkload(h));
     }
 
     // =================================================================== flow

@@ -89,7 +89,7 @@ import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
  * at s1 and at the end, the revive topic, broker properties, the admin API views, the consumerOffset.json check),
  * {@code snapshots.json}, {@code run.json}.
  */
-final class PopWorkload extends Scenario {
+final class PopWorkload extends StandaloneScenario {
     /**
      * The variants this class runs: classic pop ({@code v5-pop}: checkpoints and acks in the commitlog) and KV pop
      * ({@code v5-pop-kv}: {@code popConsumerKVServiceEnable}, one {@code kvStore/} record per popped message).
@@ -155,7 +155,7 @@ final class PopWorkload extends Scenario {
 
     /** Usage: {@code java -cp ... rmqharness.PopWorkload --variant v5-pop|v5-pop-kv --out DIR [--timeout SEC]}. */
     public static void main(String[] args) {
-        Scenario.main(args, "PopWorkload", KV.keySet(), PopWorkload::new);
+        StandaloneScenario.main(args, "PopWorkload", KV.keySet(), PopWorkload::new);
     }
 
     // =================================================================== flow

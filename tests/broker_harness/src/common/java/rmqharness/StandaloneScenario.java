@@ -8,6 +8,8 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.function.BiFunction;
+import java.util.function.Function;
+import java.util.function.Predicate;
 
 /**
  * A scenario with its own {@code main} ({@link ModeWorkload}, {@code ControllerWorkload}, {@code PopWorkload}):
@@ -16,12 +18,13 @@ import java.util.function.BiFunction;
  * harness error (a broker did not do what the scenario needs), 3 anything else, 64 a bad command line.
  *
  * <p>A {@link Harness} in its "-clean" mode serves the scenario's helpers (ports, child JVMs, logback files,
- * timings, deadline); {@code Harness.java}, which every variant's fingerprint covers, stays untouched.
+ * timings, deadline). {@link #launch} is also {@link Harness}'s own {@code main}. (Not to be confused with
+ * {@code Harness.Scenario}, the scenarios {@link Harness} itself runs: features, cluster.)
  */
-abstract class Scenario {
+abstract class StandaloneScenario {
     final Harness h;
 
-    Scenario(Harness h) {
+    StandaloneScenario(Harness h) {
         this.h = h;
     }
 
@@ -33,7 +36,25 @@ abstract class Scenario {
 
     /** Usage: {@code java -cp ... rmqharness.<Class> --variant V --out DIR [--timeout SEC]}. */
     static void main(String[] args, String name, Set<String> variants,
-        BiFunction<Harness, String, Scenario> scenario) {
+        BiFunction<Harness, String, StandaloneScenario> scenario) {
+        launch(args, name, variants::contains, variant -> "v" + Compat.LINE + "-clean",
+            (h, variant) -> scenario.apply(h, variant).run());
+    }
+
+    /** What a {@code main} runs once its {@link Harness} exists. */
+    @FunctionalInterface
+    interface Body {
+        void run(Harness h, String variant) throws Exception;
+    }
+
+    /**
+     * The command line of every harness {@code main} ({@code --variant V --out DIR [--timeout SEC]}), the
+     * {@link Harness} (in the mode {@code harnessMode} gives the variant), the body, and the exit: 0 done, 2 a
+     * harness error, 3 anything else, 64 a bad command line; children are always killed, and the JVM halts
+     * (client libraries leave non-daemon threads behind).
+     */
+    static void launch(String[] args, String name, Predicate<String> known,
+        Function<String, String> harnessMode, Body body) {
         String variant = null;
         String out = null;
         int timeout = 300;
@@ -53,16 +74,15 @@ abstract class Scenario {
                     System.exit(64);
             }
         }
-        if (!variants.contains(variant) || out == null) {
-            System.err.println("HARNESS ERROR: usage: " + name + " --variant " + variants
-                + " --out DIR [--timeout SEC]");
+        if (variant == null || !known.test(variant) || out == null) {
+            System.err.println("HARNESS ERROR: usage: " + name + " --variant NAME --out DIR [--timeout SEC]");
             System.exit(64);
         }
         Harness h = null;
         int rc;
         try {
-            h = new Harness("v" + Compat.LINE + "-clean", Paths.get(out), timeout);
-            scenario.apply(h, variant).run();
+            h = new Harness(harnessMode.apply(variant), Paths.get(out), timeout);
+            body.run(h, variant);
             rc = 0;
         } catch (Harness.HarnessError e) {
             System.err.println("HARNESS ERROR: " + e.getMessage());
