@@ -203,3 +203,20 @@ def test_a_nights_pop_in_flight_rows_are_the_clients_unacked_messages(pop_store:
         assert {key: row["popped_messages"] for key, row in lag.items() if row["popped_messages"]
                 } == {key: len(offsets) for key, offsets in got.items() if key in lag}
     assert set(got) <= set(lag)  # at the end every popping group has its offsets
+
+
+@pytest.mark.broker
+def test_the_open_records_alone_give_the_full_scans_set_without_a_timer_checkpoint(
+        pop_store: Path, tmp_path: Path) -> None:
+    """The hot copy, taken before the timer wrote its log, and without config/timercheck
+    (the timer never ran): every checkpoint still comes from the timer queue's units."""
+    import shutil
+
+    from rmqlib.store.pop_state import read_open_pop_state, read_store_pop_state
+
+    store = tmp_path / "store"
+    shutil.copytree(pop_store / "snapshots" / "s1" / "store", store)
+    (store / "config" / "timercheck").unlink(missing_ok=True)
+    opened, flying = read_open_pop_state(store)
+    assert opened.unreadable == [] and len(flying) == 100
+    assert flying == read_store_pop_state(store)[1]
