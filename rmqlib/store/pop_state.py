@@ -37,8 +37,7 @@ def read_store_pop_state(store: str | Path) -> tuple[PopState, list[InFlight]]:
     which replaces it with enableLmq; a store without either has revived nothing yet), then
     KV pop's (kvStore/, read on a clone), whose unreadable records are named in the state."""
     store = Path(store)
-    state = read_pop_state(PopRecord(r.topic, r.queue_id, r.queue_offset, r.properties,
-                                     r.body, r.physical_offset) for r in every_record(store))
+    state = read_pop_state(_pop_record(r) for r in every_record(store))
     revived = _revive_offsets(store)
     return state, state.in_flight(revived) + _kv_in_flight(store, state)
 
