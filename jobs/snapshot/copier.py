@@ -49,7 +49,7 @@ from jobs.snapshot.sources import FileReader, SourceFile, StoreSource
 from rmqlib.errors import StoreError
 from rmqlib.rocksdb.database import CURRENT as ROCKSDB_CURRENT
 from rmqlib.rocksdb.database import INCONSISTENT_COPY, open_readonly
-from rmqlib.store.growth import CopyPhase, Growth, data_end, growth_of
+from rmqlib.store.growth import CONFIRM_HEAD, CopyPhase, Growth, data_end, growth_of
 from rmqlib.store.inventory import FileKind, classify
 
 log = logging.getLogger(__name__)
@@ -114,6 +114,7 @@ class _Copier:
         self.target = target
         self.previous_store = previous_store
         self.previous = {f.path: f for f in previous.files} if previous else {}
+        self.manifest_previous = previous.snapshot_id if previous else None
         self.progress = progress
         self.manifest = Manifest(broker, snapshot_id, source.label,
                                  started_at=datetime.now(UTC).isoformat())
@@ -242,18 +243,68 @@ class _Copier:
         kind = self.kinds[file.relative]
         growth = growth_of(kind)
         before = self.previous.get(file.relative)
-        entry: FileEntry | None
+        entry: FileEntry | None = None
+        differs = False
         if before and _unchanged_since(before, file, kind, finished):
-            entry = self._link(file, kind, before)
+            differs = not self._confirmed(file, growth, before, before.data_length)
+            if not differs:
+                entry = self._link(file, kind, before)
         elif before and growth.append_only and growth.zero_run and before.size == file.size:
-            entry = self._write(file, kind, growth, finished, before.resume_at,
-                                before.resume_at)
-            if entry is not None:
-                entry.how = GROWN
-        else:
+            differs = not self._confirmed(file, growth, before, before.resume_at)
+            if not differs:
+                entry = self._write(file, kind, growth, finished, before.resume_at,
+                                    before.resume_at)
+                if entry is not None:
+                    entry.how = GROWN
+        if entry is None:
             entry = self._write(file, kind, growth, finished, 0, 0)
+            if entry is not None and differs and before is not None:
+                self._note_rewritten(entry, before)
         if entry is not None:
             self.manifest.files.append(entry)
+
+    def _confirmed(self, file: SourceFile, growth: Growth, before: FileEntry,
+                   reuse: int) -> bool:
+        """Whether ``[0, reuse)`` of the previous snapshot's copy is still the broker's.
+
+        A file unchanged since (same size and mtime) is not read at all. Otherwise its first
+        bytes and the window just below ``reuse`` are read from the broker and compared:
+        an append-only file that was truncated and written again (a failover's truncation,
+        a reset or re-provisioned store, a restored backup) differs there, and is then
+        copied whole instead. Bytes between the two probes are not compared (see
+        docs/nightly-dag.md, "Stores that change")."""
+        if before.mtime_ns == file.mtime_ns or reuse <= 0:
+            return True
+        assert self.previous_store is not None
+        probes = _probe_ranges(reuse, growth.confirm_window)
+        try:
+            reader = self._open(file)
+        except FileNotFoundError:
+            return True  # vanished since the listing: _write notes it
+        try:
+            with open(self.previous_store / file.relative, "rb") as old:
+                for begin, end in probes:
+                    theirs = reader.read_at(begin, end - begin)
+                    self.manifest.confirm_bytes += len(theirs)
+                    self.rate.add(len(theirs), file.relative)
+                    old.seek(begin)
+                    if theirs != old.read(end - begin):
+                        return False
+        finally:
+            reader.close()
+        return True
+
+    def _note_rewritten(self, entry: FileEntry, before: FileEntry) -> None:
+        """Name a file the broker rewrote below what the previous snapshot held: where its
+        new copy first differs from that snapshot's (both local copies now)."""
+        assert self.previous_store is not None
+        entry.rewritten_at = _first_difference(self.previous_store / entry.path,
+                                               self.target / entry.path, before.data_length)
+        self.manifest.notes.append(
+            f"{entry.path}: rewritten since snapshot {self.manifest_previous}: differs from "
+            f"that copy at byte {entry.rewritten_at} (previous data length "
+            f"{before.data_length}, now {entry.data_length}); copied whole")
+        log.warning("%s: %s", self.broker, self.manifest.notes[-1])
 
     def _link(self, file: SourceFile, kind: FileKind, before: FileEntry) -> FileEntry:
         assert self.previous_store is not None
@@ -330,6 +381,36 @@ class _Copier:
         except OSError as error:
             raise SnapshotError(f"{self.broker}: {self.source.label}/{file.relative}: "
                                 f"cannot open: {error}") from error
+
+
+def _probe_ranges(reuse: int, window: int) -> list[tuple[int, int]]:
+    """The byte ranges compared before ``[0, reuse)`` is reused: the head and the window
+    below ``reuse`` (one range when they meet)."""
+    head_end = min(CONFIRM_HEAD, reuse)
+    window_start = max(head_end, reuse - window)
+    if window_start <= head_end:
+        return [(0, reuse)]
+    return [(0, head_end), (window_start, reuse)]
+
+
+def _first_difference(old: Path, new: Path, length: int) -> int:
+    """The first byte position below ``length`` where two local files differ (``length``
+    itself when ``[0, length)`` is equal: the new copy is shorter or grew past it)."""
+    position = 0
+    with open(old, "rb") as a, open(new, "rb") as b:
+        while position < length:
+            step = min(CHUNK, length - position)
+            left, right = a.read(step), b.read(step)
+            if left != right:
+                common = min(len(left), len(right))
+                for index in range(common):
+                    if left[index] != right[index]:
+                        return position + index
+                return position + common
+            if not left:
+                return position
+            position += step
+    return length
 
 
 def _resume_at(copy: Path, growth: Growth, walked_to: int, end: int) -> int:

@@ -55,6 +55,9 @@ class FileEntry:
     finished: bool          # a later file of its queue has data: it will not change
     mtime_ns: int
     resume_at: int = 0      # where the next snapshot re-reads this file from the broker
+    # The broker rewrote this file below what the previous snapshot held: the first byte
+    # where it differs from that copy (the file was then copied whole); None otherwise.
+    rewritten_at: int | None = None
 
 
 @dataclass
@@ -70,11 +73,13 @@ class Manifest:
     notes: list[str] = field(default_factory=list)
     files: list[FileEntry] = field(default_factory=list)
     seconds: float = 0.0
+    # Bytes read from the broker only to confirm that earlier copies are still its bytes.
+    confirm_bytes: int = 0
     existing: bool = False  # not written: True when this run found the snapshot made
 
     @property
     def from_broker(self) -> int:
-        return sum(f.from_broker for f in self.files)
+        return sum(f.from_broker for f in self.files) + self.confirm_bytes
 
     @property
     def reused(self) -> int:
@@ -88,6 +93,11 @@ class Manifest:
     def zero_tail_bytes(self) -> int:
         return sum(f.size - f.data_length for f in self.files)
 
+    @property
+    def rewritten(self) -> list[FileEntry]:
+        """Files the broker rewrote since the previous snapshot (not grown: changed)."""
+        return [f for f in self.files if f.rewritten_at is not None]
+
     def count(self, how: str) -> int:
         return sum(1 for f in self.files if f.how == how)
 
@@ -98,6 +108,7 @@ class Manifest:
             "files": len(self.files), "bytes": sum(f.size for f in self.files),
             "data_bytes": self.data_bytes, "zero_tail_bytes": self.zero_tail_bytes,
             "from_broker": self.from_broker, "reused": self.reused,
+            "rewritten": len(self.rewritten),
             **{how: self.count(how) for how in (LINKED, GROWN, COPIED)},
         }
         return json.dumps(document, indent=1)
@@ -118,6 +129,11 @@ class Manifest:
                 f"{self.reused / mib:.1f} MiB reused from {self.previous or 'no earlier snapshot'}"
                 f" ({self.count(LINKED)} hard links, {self.count(GROWN)} grown), "
                 f"{self.zero_tail_bytes / mib:.1f} MiB of zero tails not copied")
+        if self.rewritten:
+            line += (f"; {len(self.rewritten)} file(s) rewritten since then, copied whole: "
+                     + ", ".join(f"{f.path} from byte {f.rewritten_at}"
+                                 for f in self.rewritten[:3])
+                     + (", ..." if len(self.rewritten) > 3 else ""))
         if self.existing:
             line += " (already taken: nothing copied)"
         return line

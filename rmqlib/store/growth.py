@@ -43,6 +43,11 @@ QUEUE_ZERO_RUN = 64 * 1024
 # from the start of the last record that copy held (see last_record_start); queues: the
 # last page.
 QUEUE_REREAD = 4096
+# Reuse of an earlier copy is confirmed against the broker: its first CONFIRM_HEAD bytes
+# and a window below the reuse point (``Growth.confirm_window``). A commitlog window holds
+# the last records' headers (store timestamps, offsets) unless the records are bigger.
+CONFIRM_HEAD = 4096
+COMMITLOG_CONFIRM_WINDOW = 64 * 1024
 BLANK_MAGIC = -875286124   # 0xCBD43194 as i32 (spec §2.2)
 Buffer = bytes | memoryview | mmap.mmap
 
@@ -68,6 +73,10 @@ class Growth:
     # found by this hop over the frames (data, begin, end) -> start.
     last_frame_start: Callable[[Buffer, int, int], int] | None = None
     head: int = 0               # bytes at the start that are non-zero once a file has data
+    # Bytes compared with the broker before the previous snapshot's copy of this file is
+    # reused (``jobs.snapshot.copier``): the window just below the reuse point. A rewrite
+    # of the file (a truncated and re-written commitlog, a reset store) shows there.
+    confirm_window: int = 4096
 
 
 def last_record_start(data: Buffer, begin: int, end: int) -> int:
@@ -115,13 +124,15 @@ GROWTH: dict[FileKind, Growth] = {
     # Index: hash slots fill anywhere, so no zero tail; a finished file is still reused.
     FileKind.INDEX: Growth(CopyPhase.QUEUES_AND_INDEX, append_only=True, head=40),
     FileKind.COMMITLOG: Growth(CopyPhase.COMMITLOG, append_only=True, zero_run=COMMITLOG_ZERO_RUN,
-                               last_frame_start=last_record_start, head=8),
+                               last_frame_start=last_record_start, head=8,
+                               confirm_window=COMMITLOG_CONFIRM_WINDOW),
     # A DLedger broker's commitlog: entries (a 48-byte header around a record) tile its
     # data files like records tile commitlog segments. Index units (32 bytes, never all
     # zero) are written after their entry: copied with the queues, before the data.
     FileKind.DLEDGER_DATA: Growth(CopyPhase.COMMITLOG, append_only=True,
                                   zero_run=COMMITLOG_ZERO_RUN,
-                                  last_frame_start=last_entry_start, head=8),
+                                  last_frame_start=last_entry_start, head=8,
+                                  confirm_window=COMMITLOG_CONFIRM_WINDOW),
     FileKind.DLEDGER_INDEX: Growth(CopyPhase.QUEUES_AND_INDEX, unit=DL.INDEX_UNIT_SIZE,
                                    head=DL.INDEX_UNIT_SIZE, **_QUEUE),
     # Timer log (§6.4): 52-byte units from the start of each file, each opening with its
