@@ -31,6 +31,8 @@ class FileAccount:
     (commitlog BLANK records, consume-queue filler units, unused index slots);
     ``zero_tail``: the all-zero unwritten end of a pre-allocated file;
     ``unreadable``: everything else, each region listed with its reason.
+    ``notes``: named states of decoded bytes that cost no byte (length 0), e.g. index
+    entries beyond a header that lags them in a hot copy (``rmqlib.common.races``).
     """
 
     path: str
@@ -39,6 +41,7 @@ class FileAccount:
     blank: int = 0
     zero_tail: int = 0
     unreadable: list[UnreadableRegion] = field(default_factory=list)
+    notes: list[UnreadableRegion] = field(default_factory=list)
 
     @property
     def unreadable_bytes(self) -> int:
@@ -70,4 +73,5 @@ class FileAccount:
             "blank": self.blank,
             "zero_tail": self.zero_tail,
             "unreadable": [region.as_dict() for region in self.unreadable],
+            **({"notes": [region.as_dict() for region in self.notes]} if self.notes else {}),
         }
