@@ -142,7 +142,7 @@ def test_empty_and_blank_only_ranges_give_no_batches(tmp_path: Path) -> None:
     (tmp_path / NAME).write_bytes(struct.pack(">iI", 4096, E.MAGIC_BLANK) + bytes(4088))
     scan = scan_segment_arrow(tmp_path / NAME)
     assert list(scan) == []
-    assert scan.account.blank == 8 and scan.account.zero_tail == 4088
+    assert scan.account.blank == 4096 and scan.account.zero_tail == 0
 
 
 def test_header_gather_handles_records_ending_near_the_window_end(tmp_path: Path) -> None:

@@ -383,16 +383,72 @@ def test_random_files_of_records_and_noise_never_crash(tmp_path: Path) -> None:
         s.account.check()
 
 
-def test_records_after_a_blank_are_decoded_and_reported(tmp_path: Path) -> None:
+def test_records_after_a_blank_are_skipped_like_the_broker_does(tmp_path: Path) -> None:
+    """The broker goes on with the next file at a BLANK (CommitLog.
+    checkMessageAndReturnSize returns size 0): a stale record in its filler is never read,
+    so it is neither decoded nor an issue; it is counted, and its bytes are blank."""
     writer = E.CommitLogWriter(SEG)
     for msg in E.sample_messages(10, body_size=10):
         writer.append(msg)
     writer.roll()  # BLANK at the write position, zeros after it...
     data = writer.segments[0]
-    stale_at = writer.placed[-1].position + writer.placed[-1].length + 64
+    blank_at = writer.placed[-1].position + writer.placed[-1].length
+    stale_at = blank_at + 64
     stale = E.encode(E.Message(body=b"stale"), stale_at)  # ...but a stale record past it
     data[stale_at : stale_at + len(stale)] = stale
     (tmp_path / NAME).write_bytes(bytes(data))
     store = scan_store(tmp_path)
-    assert [r.position for r in store][-1] == stale_at
-    assert any("after the end-of-file BLANK" in issue.reason for issue in store.issues)
+    assert [r.position for r in store][-1] == writer.placed[-1].position
+    assert store.issues == []
+    (result,) = store.segments
+    assert result.records_after_blank == 1
+    assert (result.account.blank, result.account.unreadable) == (SEG - blank_at, [])
+    # every split of the file agrees: no range owns the stale record
+    for split in (64, 100, 512, 1000):
+        found = []
+        for lo, hi in split_ranges(SEG, split):
+            scan = scan_segment(tmp_path / NAME, lo, hi)
+            found += [r.position for r in scan]
+        assert found == [p.position for p in writer.placed], split
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(msgs=st.lists(messages(max_body=200), min_size=0, max_size=12),
+       filler=st.binary(min_size=0, max_size=700), tail=st.integers(0, 300),
+       stale=st.booleans(), split=st.integers(64, 4096))
+def test_blank_with_any_filler_scans_to_exactly_the_records(
+        tmp_path: Path, msgs: list[E.Message], filler: bytes, tail: int, stale: bool,
+        split: int) -> None:
+    """Any valid records, then a BLANK whose filler holds arbitrary bytes (a stale record
+    among them, or not): the scan gives exactly those records, the account sums to the
+    file size with 0 unreadable (the BLANK's length is blank), and every split agrees."""
+    data, positions = bytearray(), []
+    for msg in msgs:
+        positions.append(len(data))
+        data += E.encode(msg, len(data))
+    blank_at = len(data)
+    body = bytearray(filler) + bytes(tail)
+    if stale and len(body) > 300:  # a whole record left there before a recovery truncation
+        old = E.encode(E.Message(body=b"stale"), blank_at + 8 + 16)
+        if 16 + len(old) <= len(body):
+            body[16:16 + len(old)] = old
+    data += E.encode_blank(8 + len(body)) + body
+    (tmp_path / NAME).write_bytes(bytes(data))
+    records, result = scan(tmp_path / NAME)
+    assert [position for position, _, _ in records] == positions
+    account = result.account.check()
+    assert account.size == len(data) and account.unreadable_bytes == 0
+    assert account.blank == len(data) - blank_at and result.blanks == [blank_at]
+    assert [g.kind for g in result.gaps] == []
+    arrow = scan_segment_arrow(tmp_path / NAME)
+    assert sum(batch.num_rows for batch in arrow) == len(msgs)
+    assert arrow.account.as_dict() == account.as_dict()
+    found, total = [], 0
+    for lo, hi in split_ranges(len(data), split):
+        part, part_result = scan(tmp_path / NAME, lo, hi)
+        found += [position for position, _, _ in part]
+        total += part_result.account.check().size
+        assert part_result.account.unreadable == []
+    assert found == [position for position, _, _ in records] and total == len(data)
+

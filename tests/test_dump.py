@@ -69,7 +69,32 @@ def test_a_clean_segment_dumps_every_byte_and_exits_0(capsys, segment) -> None: 
     assert code == EXIT_OK
     assert_tiles(rows, segment.stat().st_size)
     assert rows[-1]["records"] == sum(1 for _ in scan_segment(segment))
-    assert rows[-1]["unreadable_bytes"] == 0 and rows[-1]["blank_bytes"] == 8
+    blank = scan_segment(segment)
+    list(blank)
+    (at,) = blank.result.blanks  # the BLANK's whole length is blank: what the broker skips
+    assert rows[-1]["unreadable_bytes"] == 0
+    assert rows[-1]["blank_bytes"] == segment.stat().st_size - at
+
+
+def test_a_blank_whose_filler_holds_bytes_is_all_blank_and_exits_0(capsys, segment) -> None:  # type: ignore[no-untyped-def]
+    """A real segment's BLANK runs to the file end (e.g. 108 bytes in a RocketMQ unit-test
+    store) with non-zero bytes after its 8-byte header: the broker skips the whole of it
+    (CommitLog.checkMessageAndReturnSize returns 0: next file), so the dump does too."""
+    scan = scan_segment(segment)
+    records = list(scan)
+    (at,) = scan.result.blanks
+    size = segment.stat().st_size
+    with open(segment, "r+b") as handle:
+        handle.seek(at + 8)
+        handle.write(random.Random(3).randbytes(size - at - 8))
+    code, rows = dump(capsys, "commitlog", str(segment))
+    assert code == EXIT_OK
+    assert_tiles(rows, size)
+    assert rows[-1]["records"] == len(records)
+    assert (rows[-1]["unreadable_bytes"], rows[-1]["blank_bytes"]) == (0, size - at)
+    regions = [r for r in rows if r["kind"] == "region"]
+    assert [(r["region"], r["offset"], r["length"]) for r in regions] == [
+        ("blank", at, size - at)]
 
 
 def test_a_segment_of_random_bytes_is_one_unreadable_region_and_exits_1(capsys, segment) -> None:  # type: ignore[no-untyped-def]

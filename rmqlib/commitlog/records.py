@@ -360,7 +360,9 @@ def naming_issues(files: list[Segment]) -> list[StoreIssue]:
 
 def tail_issues(results: list[ScanResult], logical_end: int | None) -> list[StoreIssue]:
     """Invariant 3: files before the one holding the logical end end with a BLANK; a torn
-    tail is the logical end only in that last data file."""
+    tail is the logical end only in that last data file. What a BLANK's filler holds is
+    no issue (the broker skips it; stale record frames there are only counted in
+    ``records_after_blank``)."""
     issues: list[StoreIssue] = []
     for result in results:
         for gap in result.corrupt:
@@ -369,10 +371,6 @@ def tail_issues(results: list[ScanResult], logical_end: int | None) -> list[Stor
             result.segment_start < logical_end <= result.segment_start + result.file_size)
         before_end = logical_end is not None and (
             result.segment_start + result.file_size < logical_end)
-        if result.records_after_blank:
-            issues.append(StoreIssue(result.path, result.blanks[0],
-                                     f"{result.records_after_blank} valid record(s) after the "
-                                     "end-of-file BLANK (stale data?)"))
         torn = [gap for gap in result.gaps if gap.kind is GapKind.TORN_TAIL]
         if before_end and not result.blanks:
             issues.append(StoreIssue(result.path, result.logical_end,

@@ -15,26 +15,35 @@ Validity (one predicate, used for sequential scanning *and* resynchronisation):
   self-referencing offset); only a body that embeds a forged record header whose
   PHYSICALOFFSET equals its own position could fool it.
 
-Walk and gaps: from a valid frame the walk advances by TOTALSIZE (8 for a BLANK). At an
-invalid position q it searches forward for the next valid position r (or the file end) and
+Walk and gaps: from a valid MESSAGE frame the walk advances by TOTALSIZE; a valid BLANK
+ends the file (its whole length, to the file end, is what the broker skips). At an invalid
+position q it searches forward for the next valid position r (or the file end) and
 reports the *gap* [q, r):
   * r < file end: ``CORRUPT`` (valid data follows, so this is damage, not the end),
   * r = file end: the logical end of written data. Trailing zeros are ``ZERO_TAIL``; the
     bytes before them (a torn record at the write position, or stale bytes) are
     ``TORN_TAIL``. Whether a torn tail in a *non-last* file is corruption is decided by
     the store-level scan (:func:`rmqlib.commitlog.records.scan_store`).
-ZERO_TAIL counts as ``zero_tail`` in the FileAccount, the 8 BLANK bytes as ``blank``,
-CORRUPT and TORN_TAIL as ``unreadable`` regions whose reason starts with the kind.
-The bytes after a BLANK are walked like any others (normally zeros: a zero tail). Valid
-records there, or past a torn/zero region, are stale data (recovery truncates without
-zeroing, spec §2.2): they are decoded, and counted in ``records_after_blank`` or preceded
-by a CORRUPT gap, so the store-level scan can report them.
+ZERO_TAIL counts as ``zero_tail`` in the FileAccount, a BLANK's whole length (its 8-byte
+header and the filler up to the file end) as ``blank``, CORRUPT and TORN_TAIL as
+``unreadable`` regions whose reason starts with the kind.
+Whatever the BLANK's filler holds (normally zeros; stale bytes when recovery truncated
+without zeroing, spec §2.2) is the broker's to skip: ``CommitLog.checkMessageAndReturnSize``
+returns size 0 for a BLANK and every reader (recovery, the reput service) goes on with the
+next file. So nothing in it is decoded, torn or corrupt; record frames found in it are only
+counted, in ``records_after_blank`` (stale records, never read). Valid records past a
+torn/zero region are stale data too, preceded by a CORRUPT gap, so the store-level scan can
+report them.
 
 Byte ranges (splits): define resync(x) = 0 for x = 0, else the first valid position >= x.
 A scan of [start, end) owns the bytes [resync(start), resync(end)): every record that
 starts inside the range (even if it ends after ``end``) and every gap that starts inside
-what it owns (a gap may run past ``end`` up to the next valid position). Bytes before
-resync(start) belong to the previous range. So the scans of adjacent ranges
+what it owns (a gap may run past ``end`` up to the next valid position, a BLANK to the
+file end). Bytes before resync(start) belong to the previous range. A position inside a
+BLANK's filler is no resync point: a range whose first valid position lies within
+``BLANK_LOOKBACK`` of the file end looks back for a BLANK before it (a BLANK is shorter than
+the record that did not fit plus 8, and records are at most ``maxMessageSize``, 4 MiB by
+default, plus their header), and owns nothing when one is there. So the scans of adjacent ranges
 [0, a), [a, b), ... [z, size) yield exactly the records of a whole-file scan and their
 accounts add up to the file, unless a body contains a forged record (see above). A range
 with no valid position inside owns nothing (empty span).
@@ -68,6 +77,9 @@ DEFAULT_MAX_RUN = 16384
 # inside it; a longer one gets a window of its own.
 RANGE_END_MARGIN = 64 * 1024
 SEARCH_CHUNK = 4 * 1024 * 1024
+# How far before the file end a BLANK can start: below the longest record plus 8 bytes
+# (spec §2.2); twice the default maxMessageSize (4 MiB), for a raised limit.
+BLANK_LOOKBACK = 8 * 1024 * 1024 + L.MAX_RECORD_OVERHEAD + L.BLANK_RECORD_LENGTH
 WINDOW_PADDING = 16
 # Bytes a scalar check reads at once: the whole fixed header in the widest layout.
 _MAX_FIXED_HEADER = L.body_length_pos(L.IPV6_HOST_LENGTH, L.IPV6_HOST_LENGTH) + 4
@@ -94,6 +106,8 @@ _I64 = struct.Struct(">q")
 
 class SegmentFile:
     """Random access to one commitlog file, with the segment start offset from its name."""
+
+    first_readable = 0  # the first file position read() can serve
 
     def __init__(self, path: str | Path, base_offset: int | None = None) -> None:
         self.path = str(path)
@@ -145,7 +159,7 @@ class MemorySegment(SegmentFile):
         self.start = start
         self.size = data_pos + len(data)
         self._data = bytes(data)
-        self._data_pos = data_pos
+        self._data_pos = self.first_readable = data_pos
         self._fd = -1
 
     def read(self, pos: int, length: int) -> bytes:
@@ -420,6 +434,39 @@ def next_valid(seg: SegmentFile, begin: int, limit: int) -> int | None:
     return None
 
 
+def blank_before(seg: SegmentFile, pos: int) -> int | None:
+    """Position of a valid BLANK that starts before ``pos`` (so ``pos`` lies in its
+    filler), looked for within ``BLANK_LOOKBACK`` of the file end; None when none does."""
+    begin = max(seg.first_readable, seg.size - BLANK_LOOKBACK)
+    if pos <= begin:
+        return None
+    data = seg.read(begin, pos - begin + L.BLANK_RECORD_LENGTH)
+    at = data.find(L.MAGIC_BYTES_BLANK, L.MAGICCODE_POS)
+    while 0 <= at - L.MAGICCODE_POS < pos - begin:
+        candidate = begin + at - L.MAGICCODE_POS
+        (total,) = _I32.unpack_from(data, at - L.MAGICCODE_POS)
+        if total == seg.size - candidate:
+            return candidate
+        at = data.find(L.MAGIC_BYTES_BLANK, at + 1)
+    return None
+
+
+def stale_records(seg: SegmentFile, blank: int) -> int:
+    """Record frames inside the filler of the BLANK at ``blank`` (stale data the broker
+    never reads: recovery truncates without zeroing); none when the filler is zeros."""
+    found, pos = 0, blank + L.BLANK_RECORD_LENGTH
+    while pos < seg.size and not _all_zero(seg, pos, seg.size):
+        following = next_valid(seg, pos, seg.size)
+        if following is None:
+            break
+        frame = classify_at(seg, following)
+        if frame.kind is not FrameKind.MESSAGE:
+            break
+        found += 1
+        pos = following + frame.total
+    return found
+
+
 def _nonzero_end(seg: SegmentFile, begin: int, end: int) -> int:
     """Position just after the last non-zero byte in [begin, end), or ``begin``."""
     pos = end
@@ -526,6 +573,8 @@ class RangeWalk:
     def runs(self) -> Iterator[Run]:
         seg, size, end = self.seg, self.seg.size, self.end
         pos: int | None = 0 if self.start == 0 else next_valid(seg, self.start, end)
+        if pos is not None and pos > 0 and blank_before(seg, pos) is not None:
+            pos = None  # inside a BLANK's filler: the range holding the BLANK owns it
         if pos is None:  # no frame starts inside the range: it owns nothing
             self._result = self._new_result(end)
             return
@@ -564,8 +613,10 @@ class RangeWalk:
                 if pos >= end:
                     break
                 result.blanks.append(pos)
-                result.account.blank += L.BLANK_RECORD_LENGTH
-                pos += L.BLANK_RECORD_LENGTH
+                result.account.blank += size - pos  # the broker skips it all
+                result.records_after_blank += stale_records(seg, pos)
+                result.logical_end = pos + L.BLANK_RECORD_LENGTH  # what the broker wrote
+                pos = size
                 continue
             reason = frame.reason or "record rejected by vectorised validation"
             following = next_valid(seg, pos + 1, size)
@@ -681,10 +732,18 @@ class SegmentRangeScan(Generic[Item]):
         return self.result.account
 
 
+def blank_reason(result: ScanResult) -> str:
+    reason = "end-of-file filler (BLANK): the broker skips it to the next file"
+    if result.records_after_blank:
+        reason += (f"; its filler holds {result.records_after_blank} stale record frame(s), "
+                   "never read")
+    return reason
+
+
 def _new_regions(result: ScanResult, shown: list[int]) -> list[Gap]:
     """Gaps and BLANKs of ``result`` not yielded yet, in file order; updates ``shown``."""
     gaps = result.gaps[shown[0]:]
-    blanks = [Gap(at, L.BLANK_RECORD_LENGTH, GapKind.BLANK, "end-of-file filler (BLANK)")
+    blanks = [Gap(at, result.file_size - at, GapKind.BLANK, blank_reason(result))
               for at in result.blanks[shown[1]:]]
     shown[0], shown[1] = len(result.gaps), len(result.blanks)
     return sorted(gaps + blanks, key=lambda gap: gap.offset)

@@ -11,9 +11,11 @@ gap corrupt. Every byte of the file lands in its FileAccount: entry bytes are ``
 the BLANK and its padding ``blank``, unwritten zeros ``zero_tail``, gaps ``unreadable``.
 
 Byte ranges (splits), as for the commitlog (:mod:`rmqlib.commitlog.walk`): with
-resync(x) = 0 for x = 0, else the first position >= x where an entry or the BLANK is framed,
-a scan of [begin, end) owns the bytes [resync(begin), resync(end)): every entry starting
-there and every gap starting there (a gap may run past ``end`` to the next frame). The
+resync(x) = 0 for x = 0, else the first position >= x where an entry or the BLANK is framed
+(and that lies in no BLANK's filler), a scan of [begin, end) owns the bytes
+[resync(begin), resync(end)): every entry starting there and every gap starting there (a
+gap may run past ``end`` to the next frame, the BLANK to the file end: whatever its filler
+holds, the broker's reader moves on to the next file at a BLANK, so it is all ``blank``). The
 scans of adjacent ranges together yield a whole-file scan's entries and their accounts add
 up to the file.
 
@@ -129,6 +131,8 @@ def scan_data_file(path: str | Path, begin: int = 0, end: int | None = None
         start = parse_segment_name(path)
         end = handle.size if end is None else min(end, handle.size)
         first = 0 if begin <= 0 else _next_frame(handle, start, begin)
+        if first is not None and first > 0 and _blank_before(handle, first) is not None:
+            first = None  # inside the BLANK's filler: the scan holding the BLANK owns it
         span_start = end if first is None or first >= end else first
         scan = DataFileScan(handle.path, start, handle.size, FileAccount(handle.path, 0),
                             span_start=span_start, span_end=span_start)
@@ -247,6 +251,25 @@ def _is_blank(f: _File, position: int) -> bool:
         return False
     magic, length = L.BLANK_HEAD.unpack(f.read(position, L.BLANK_HEAD.size))
     return magic == L.BLANK_MAGIC and length == left
+
+
+# How far before the file end a BLANK can start: below the longest entry (a record of at
+# most maxMessageSize, 4 MiB by default, in a 48-byte header) plus 8 bytes; twice that.
+BLANK_LOOKBACK = 8 * 1024 * 1024 + 1024
+
+
+def _blank_before(f: _File, position: int) -> int | None:
+    """A valid BLANK starting before ``position`` (which then lies in its filler)."""
+    begin = max(0, f.size - BLANK_LOOKBACK)
+    if position <= begin:
+        return None
+    data = f.read(begin, position - begin)
+    at = data.find(BLANK_BYTES)
+    while at >= 0:
+        if _is_blank(f, begin + at):
+            return begin + at
+        at = data.find(BLANK_BYTES, at + 1)
+    return None
 
 
 def _next_frame(f: _File, start: int, begin: int) -> int | None:

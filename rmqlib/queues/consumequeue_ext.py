@@ -5,8 +5,9 @@ length), i64 tagsCode, i64 msgStoreTime, i16 bitMapSize, bitmap bytes. A unit's
 address, as stored in the consume queue, is ``decorate(file start + position)``.
 
 Accounting per file: units → ``decoded``; the i16 -1 end marker the broker writes when
-the next unit does not fit (``fullFillToEnd``) → ``blank``, and the zero bytes after it
-too (the broker counts the file as full from there); the all-zero rest after the last
+the next unit does not fit (``fullFillToEnd``) → ``blank``, and every byte after it
+too, whatever it holds (the broker counts the file as full from there and never reads
+past the marker); the all-zero rest after the last
 unit → ``zero_tail``; a unit whose fields contradict each other, and everything after it
 up to the zero tail (units have no resync marker) → ``unreadable``.
 """
@@ -156,14 +157,10 @@ def _unit_problem(data: bytes, pos: int, size: int) -> str | None:
 
 def _account_end(account: FileAccount, data: bytes, pos: int, marker: int | None) -> None:
     if marker is not None:
-        account.blank += CQX_SIZE_LENGTH
-        pos += CQX_SIZE_LENGTH
-        if nonzero_span(data, pos) is None:
-            account.blank += len(data) - pos
-        else:
-            end = _last_nonzero_end(data, pos)
-            account.add_unreadable(pos, end - pos, "non-zero bytes after the end marker")
-            account.zero_tail = len(data) - end
+        # The marker ends the file whatever follows it: ConsumeQueueExt.fullFillToEnd sets
+        # the write position to the file end, and recover() moves to the next file at a
+        # size <= 0; nobody reads past it, so it is all blank (rmqlib.common.races).
+        account.blank += len(data) - pos
         account.check()
         return
     end = _last_nonzero_end(data, pos)

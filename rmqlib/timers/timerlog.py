@@ -26,8 +26,8 @@ delivered: commitlog offset ≥ 0, commitlog size > 0 and write time > 0 (the wr
 never produces anything else; a unit torn by a crash mid-write fails this):
 
 * valid units → ``decoded``;
-* the blank (whose length field must reach exactly the end of the file) and the zeros
-  after it → ``blank``; non-zero bytes after it → ``unreadable``;
+* the blank (whose length field must reach exactly the end of the file) and everything
+  after it, whatever it holds → ``blank`` (the broker never reads past it);
 * the all-zero bytes after the last non-zero unit (no blank yet: the file being written)
   → ``zero_tail``;
 * every other 52-byte slot before that point (wrong size, unknown magic bits, an all-zero
@@ -48,6 +48,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from rmqlib.common import races
 from rmqlib.common.accounting import FileAccount
 from rmqlib.common.fileio import read_bytes, runs
 from rmqlib.common.segments import Segment, list_segments, parse_segment_name
@@ -118,6 +119,8 @@ TIMERLOG_SCHEMA = pa.schema(
 )
 
 _HOLE = "all-zero units followed by more data (hole in the timer log)"
+_TORN_LAST = ("the last unit before the zero tail is incomplete (the unit being written: "
+              "a copy taken while the broker appended it, or a kill); recovery cuts it")
 _INVALID = ("not a timer log unit: size != 52, magic outside bits 0xF, negative commitlog "
             "offset, commitlog size <= 0 or write time <= 0")
 
@@ -264,32 +267,26 @@ def _strided_i32(data: bytes | bytearray | memoryview, field_offset: int, count:
 
 
 def find_blank(data: bytes | bytearray | memoryview) -> int | None:
-    """Position of the end-of-file blank: the first slot whose magic is the blank magic,
-    whose length field reaches exactly the end of the data and whose i64 is 0."""
+    """Position of the end-of-file blank: the first slot whose magic is the blank magic
+    and whose length field reaches exactly the end of the data (the i64 between them,
+    written 0, is read by nobody: the broker's recovery looks at the magic alone)."""
     size = len(data)
     candidates = (size - TL_BLANK_LENGTH) // TL_UNIT_SIZE + 1 if size >= TL_BLANK_LENGTH else 0
     magic = _strided_i32(data, TL_MAGIC_OFFSET, candidates)
     for index in np.flatnonzero(magic == TL_BLANK_MAGIC):
         pos = int(index) * TL_UNIT_SIZE
         left = int.from_bytes(data[pos:pos + 4], "big", signed=True)
-        if left == size - pos and not any(data[pos + 4:pos + 12]):
+        if left == size - pos:
             return pos
     return None
 
 
 def _account_after_blank(account: FileAccount, data: bytes | bytearray | memoryview,
                          blank: int) -> None:
-    """The blank and the zeros after it are blank; non-zero bytes after it unreadable."""
-    after = blank + TL_BLANK_LENGTH
-    rest = np.frombuffer(data, dtype=np.uint8, offset=after)
-    nonzero = np.flatnonzero(rest)
-    if not nonzero.size:
-        account.blank += len(data) - blank
-        return
-    first, last = after + int(nonzero[0]), after + int(nonzero[-1]) + 1
-    account.blank += first - blank
-    account.add_unreadable(first, last - first, "non-zero bytes after the end-of-file blank")
-    account.zero_tail += len(data) - last
+    """The blank and everything after it, whatever it holds, is blank: the broker's
+    ``recoverAndRevise`` breaks out of the file at the blank magic and ``TimerLog.append``
+    sets the write position to the file end after writing it, so nothing reads past it."""
+    account.blank += len(data) - blank
 
 
 def decode_timerlog_bytes(data: bytes | bytearray | memoryview, *, path: str | Path,
@@ -324,12 +321,16 @@ def decode_timerlog_bytes(data: bytes | bytearray | memoryview, *, path: str | P
     account.decoded = int(np.count_nonzero(in_data)) * TL_UNIT_SIZE
     for first, length in runs(~in_data):
         hole = bool(zero[first:first + length].all())
+        # the last unit before the zeros, alone invalid: the one being written (races)
+        at_write_position = (blank is None and not torn and length == 1
+                             and first + 1 == data_units)
         account.add_unreadable(first * TL_UNIT_SIZE, length * TL_UNIT_SIZE,
-                               _HOLE if hole else _INVALID)
+                               _HOLE if hole else races.torn_tail(_TORN_LAST)
+                               if at_write_position else _INVALID)
     if torn:
         account.add_unreadable(n_full * TL_UNIT_SIZE, len(partial),
-                               f"torn unit: {len(partial)} bytes left in the file, "
-                               f"a unit needs {TL_UNIT_SIZE}")
+                               races.torn_tail(f"torn unit: {len(partial)} bytes left in the "
+                                               f"file, a unit needs {TL_UNIT_SIZE}"))
         data_end = limit
     else:
         data_end = data_units * TL_UNIT_SIZE
