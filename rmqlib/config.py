@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from rmqlib.common import races
 from rmqlib.errors import ConfigError, StoreError, UnsupportedFormatError
 from rmqlib.rocksdb.config_store import CONFIG_DATABASES as ROCKSDB_CONFIG_DATABASES
 from rmqlib.rocksdb.config_store import TABLES as ROCKSDB_TABLES
@@ -199,6 +200,23 @@ def load_config_json(path: str | Path, *, missing_ok: bool = False) -> ConfigDoc
     raise ConfigError(
         f"no usable config: {main.name} {main_reason}; {bak.name} {bak_reason}", path=main
     )
+
+
+def rewrite_races(name: str, source: ConfigSource) -> list[str]:
+    """How a config file read mid-rewrite shows (ConfigManager.persist/load, MixAll.
+    string2File): the main file unusable and the ``.bak`` used, as the broker does at its
+    next start (the changes since that generation are not in it), or a ``.tmp`` left by
+    the 4.9.x-5.0 rotation (write X.tmp, X -> X.bak, delete X, rename X.tmp -> X)."""
+    found = []
+    if source.from_backup:
+        found.append(races.hot_copy(
+            f"{name} {source.main_rejected} (caught mid-rewrite): read from {name}{BAK_SUFFIX}, "
+            "the previous generation, as the broker's ConfigManager.load does"))
+    if source.tmp_present:
+        found.append(races.hot_copy(
+            f"{name}{TMP_SUFFIX} present (a rewrite in progress, or one a kill interrupted): "
+            f"not read; it may be newer than {name} (ConfigManager.persist up to 5.0)"))
+    return found
 
 
 # --------------------------------------------------------------------------- field helpers
@@ -775,6 +793,10 @@ class ConfigDir:
     # Entries left out of a table that was otherwise read (a RocksDB value that is not a
     # JSON object), by the file the table stands for: reported, never dropped silently.
     left_out: dict[str, list[str]] = field(default_factory=dict)
+    # Files read as the broker would mid-rewrite: ``X`` empty, cut or missing and its
+    # previous generation ``X.bak`` used, or a leftover ``X.tmp``: (name, reason), each
+    # reason a ``hot copy: ...`` race (rmqlib.common.races).
+    mid_rewrite: list[tuple[str, str]] = field(default_factory=list)
 
 
 _KNOWN: tuple[tuple[str, str, Callable[..., Any]], ...] = (
@@ -809,6 +831,8 @@ def load_config_dir(config_dir: str | Path) -> ConfigDir:
         source = getattr(getattr(result, attribute), "source", None)
         if source is not None and source.left_out:
             result.left_out[name] = list(source.left_out)
+        if source is not None:
+            result.mid_rewrite += [(name, reason) for reason in rewrite_races(name, source)]
     result.unsupported += _unread_rocksdb_config(config_dir)
     return result
 

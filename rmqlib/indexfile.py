@@ -16,6 +16,18 @@ impossible (negative hash/offset/timeDiff, prevIndex not below its own number) �
 as :class:`IndexProblem` without changing the account, since which side is wrong is
 ambiguous. A header whose indexCount cannot be right (negative or above indexNum)
 raises :class:`CorruptDataError`.
+
+Hot copies (rmqlib.common.races). ``IndexFile.putKey`` writes an entry, then its slot, then
+the header's count and end fields, and a copy reads the file from the header on: a copy
+of an index being written holds entries beyond the indexCount it read, and slots pointing
+at some of them. The entries after the header's count that continue it consistently
+(fields possible, prevIndex the previous entry of the same slot, commitlog offsets not
+decreasing) are entries like the others: they are decoded, the header is checked against
+the entries it counts, a slot may point at any entry of its chain from the newest the
+header counts to the newest decoded, and the account notes ``hot copy: index header lags
+its entries``. What follows them: zeros (the zero tail); one non-zero entry and only
+zeros after it, the entry being written (``torn tail``); anything else is damage
+("non-zero entries beyond indexCount").
 """
 
 from __future__ import annotations
@@ -31,6 +43,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from rmqlib.common import races
 from rmqlib.common.accounting import FileAccount
 from rmqlib.common.fileio import runs
 from rmqlib.common.javahash import index_key, index_key_hash
@@ -291,6 +304,7 @@ class IndexFile:
                 length=4,
             )
         self._validation: IndexValidation | None = None
+        self._lagging: int | None = None
 
     # ---- construction
 
@@ -345,7 +359,16 @@ class IndexFile:
 
     @property
     def entry_count(self) -> int:
-        return self.header.entry_count
+        """Entries decoded: those the header counts, and the ones that continue them
+        consistently past it in a hot copy (:attr:`lagging_entries`)."""
+        return self.header.entry_count + self.lagging_entries
+
+    @property
+    def lagging_entries(self) -> int:
+        """Consistent entries beyond the header's indexCount (see the module doc)."""
+        if self._lagging is None:
+            self._lagging = _lagging_entries(self)
+        return self._lagging
 
     def slot(self, slot: int) -> int:
         (value,) = struct.unpack_from(">i", self._data, self.geometry.slot_position(slot))
@@ -377,9 +400,9 @@ class IndexFile:
         """
         return self.header.begin_timestamp + 1000 * time_diff
 
-    def entry_arrays(self) -> dict[str, np.ndarray]:
-        """Used entries 1 … indexCount-1 as native arrays, plus ``number``."""
-        n = self.entry_count
+    def entry_arrays(self, count: int | None = None) -> dict[str, np.ndarray]:
+        """Used entries 1 … entry_count (or ``count``) as native arrays, plus ``number``."""
+        n = self.entry_count if count is None else count
         view = np.frombuffer(
             self._data,
             dtype=INDEX_ENTRY_DTYPE,
@@ -479,6 +502,13 @@ class IndexFile:
                 "entries with impossible fields (hash/offset/timeDiff < 0 or bad prevIndex)",
             )
         _account_unused(self, account)
+        if self.lagging_entries:
+            h = self.header.entry_count
+            races.note(account, geo.entry_position(h + 1), races.hot_copy(
+                f"index header lags its entries: indexCount {self.header.index_count} counts "
+                f"{h} entries, {self.lagging_entries} more follow consistently (written while "
+                "the copy read the file: IndexFile.putKey writes the entry, its slot, then "
+                "the header) and are decoded"))
         return account.check()
 
     def to_record_batch(self) -> pa.RecordBatch:
@@ -570,10 +600,28 @@ def _check_chains(
     if sorted_slot.size:
         expected_heads[sorted_slot[is_last]] = sorted_number[is_last]
     in_range = (slots >= 0) & (slots <= n)
-    for s in np.flatnonzero(in_range & (slots != expected_heads))[:100]:
+    wrong = in_range & (slots != expected_heads)
+    h = index.header.entry_count
+    if index.lagging_entries and wrong.any():
+        # A hot copy read the slots before some of the entries after the header's count:
+        # a slot may point at any entry of its chain from the newest the header counts.
+        counted = sorted_number <= h
+        heads_h = np.zeros(geo.hash_slot_num, dtype=np.int64)
+        last_h = counted & np.concatenate((~counted[1:] | (sorted_slot[1:] != sorted_slot[:-1]),
+                                           [True]))
+        heads_h[sorted_slot[last_h]] = sorted_number[last_h]
+        slot_of_entry = np.full(n + 1, -1, dtype=np.int64)
+        slot_of_entry[sorted_number] = sorted_slot
+        cand = np.flatnonzero(wrong)
+        actual = slots[cand].astype(np.int64)
+        in_chain = (actual == 0) | (slot_of_entry[np.clip(actual, 0, n)] == cand)
+        wrong[cand] = ~((heads_h[cand] <= actual) & (actual <= expected_heads[cand]) & in_chain)
+    for s in np.flatnonzero(wrong)[:100]:
         result.add("slot", geo.slot_position(int(s)), INDEX_SLOT_SIZE,
                    f"slot {int(s)} head {int(slots[s])}, expected {int(expected_heads[s])}")
     used = int(np.count_nonzero(slots > 0))
+    if index.lagging_entries:  # slots read after the header: count the header's entries
+        used = int(np.unique(sorted_slot[sorted_number <= h]).size)
     if index.header.hash_slot_count != used and n > 0:
         result.header_ok = False
         result.add("header", IH_HASH_SLOT_COUNT_OFFSET, 4,
@@ -599,10 +647,11 @@ def _check_header(
     n: int,
 ) -> None:
     header = index.header
+    n = header.entry_count  # the header describes the entries it counts
     if n == 0:
         return
     first_off = int(arrays["commitlog_offset"][0])
-    last_off = int(arrays["commitlog_offset"][-1])
+    last_off = int(arrays["commitlog_offset"][n - 1])
     checks = [
         (header.begin_phy_offset == first_off, IH_BEGIN_PHY_OFFSET_OFFSET,
          f"beginPhyOffset {header.begin_phy_offset} != first entry offset {first_off}"),
@@ -611,9 +660,9 @@ def _check_header(
         (header.begin_timestamp <= header.end_timestamp, IH_BEGIN_TIMESTAMP_OFFSET,
          "beginTimestamp > endTimestamp"),
     ]
-    if n >= 2 and not bad[-1]:
+    if n >= 2 and not bad[n - 1]:
         want = expected_time_diff(header.end_timestamp, header.begin_timestamp)
-        got = int(arrays["time_diff"][-1])
+        got = int(arrays["time_diff"][n - 1])
         checks.append((got == want, IH_BEGIN_TIMESTAMP_OFFSET,
                        f"last entry timeDiff {got} != {want} from header timestamps"))
     for ok, offset, detail in checks:
@@ -645,6 +694,72 @@ def _account_entry_zero(index: IndexFile, account: FileAccount) -> None:
         account.add_unreadable(position, INDEX_ENTRY_SIZE, "entry 0 (never used) is not zero")
 
 
+TORN_ENTRY = ("index entry at the write position is incomplete (the entry being written: "
+              "a copy taken while the broker indexed, or a kill)")
+
+
+def has_nonzero_after(index: IndexFile, number: int) -> bool:
+    """Does any entry from ``number`` on hold a non-zero byte?"""
+    geo = index.geometry
+    for chunk_start in range(number, geo.index_num, _SCAN_ENTRIES):
+        count = min(_SCAN_ENTRIES, geo.index_num - chunk_start)
+        view = np.frombuffer(index._data, dtype=np.uint8, count=count * INDEX_ENTRY_SIZE,
+                             offset=geo.entry_position(chunk_start))
+        found = bool(view.any())
+        del view
+        if found:
+            return True
+    return False
+
+
+def _lagging_entries(index: IndexFile) -> int:
+    """How many entries after the header's count continue it consistently: non-zero, no
+    impossible field, prevIndex the previous entry of the same slot (0 when none),
+    commitlog offset not below the previous entry's."""
+    geo = index.geometry
+    h = index.header.entry_count
+    following = h + 1
+    limit = geo.index_num
+    # the non-zero run right after the header's entries
+    end = following
+    while end < limit:
+        count = min(_SCAN_ENTRIES, limit - end)
+        view = np.frombuffer(index._data, dtype=np.uint8, count=count * INDEX_ENTRY_SIZE,
+                             offset=geo.entry_position(end))
+        nonzero = view.reshape(count, INDEX_ENTRY_SIZE).any(axis=1)
+        del view
+        zeros = np.flatnonzero(~nonzero)
+        if zeros.size:
+            end += int(zeros[0])
+            break
+        end += count
+    if end == following:
+        return 0
+    arrays = index.entry_arrays(end - 1)
+    number = arrays["number"].astype(np.int64)
+    key_hash = arrays["key_hash"].astype(np.int64)
+    prev = arrays["prev_index"].astype(np.int64)
+    offsets = arrays["commitlog_offset"]
+    possible = ((key_hash >= 0) & (offsets >= 0) & (arrays["time_diff"] >= 0)
+                & (prev >= 0) & (prev < number))
+    slot_of = np.where(possible, key_hash % geo.hash_slot_num, -1)
+    # the previous entry of each entry's slot, among the possible entries before it
+    order = np.lexsort((number, slot_of))
+    sorted_slot = slot_of[order]
+    same = np.concatenate(([False], sorted_slot[1:] == sorted_slot[:-1]))
+    expected = np.zeros(len(number), dtype=np.int64)
+    expected[order] = np.where(same, np.concatenate(([0], number[order][:-1])), 0)
+    last_good = int(np.flatnonzero(possible[:h])[-1]) if possible[:h].any() else -1
+    floor = int(offsets[last_good]) if last_good >= 0 else 0
+    k = 0
+    for i in range(h, len(number)):
+        if not possible[i] or prev[i] != expected[i] or offsets[i] < floor:
+            break
+        floor = int(offsets[i])
+        k += 1
+    return k
+
+
 def _account_unused(index: IndexFile, account: FileAccount) -> None:
     """Entries after the last used one: zero → zero tail, otherwise unreadable."""
     geo = index.geometry
@@ -661,10 +776,13 @@ def _account_unused(index: IndexFile, account: FileAccount) -> None:
         del view
         account.zero_tail += int(np.count_nonzero(~nonzero)) * INDEX_ENTRY_SIZE
         for start, length in runs(nonzero):
+            number = chunk_start + start
+            torn = number == first and length == 1 and not has_nonzero_after(
+                index, number + 1)
             account.add_unreadable(
-                geo.entry_position(chunk_start + start),
+                geo.entry_position(number),
                 length * INDEX_ENTRY_SIZE,
-                "non-zero entries beyond indexCount",
+                races.torn_tail(TORN_ENTRY) if torn else "non-zero entries beyond indexCount",
             )
 
 

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 from rmqlib.common.accounting import FileAccount
 
-UNREADABLE, ZERO_TAIL, BLANK = "unreadable", "zero tail", "blank"
+UNREADABLE, ZERO_TAIL, BLANK, NOTE = "unreadable", "zero tail", "blank", "note"
 FLUSH_EVERY = 512
 # One encoder for every row: json.dumps with options builds a new one per call.
 _ENCODE = json.JSONEncoder(ensure_ascii=False, default=str).encode
@@ -43,9 +43,11 @@ class Region:
 
 
 def account_regions(account: FileAccount) -> list[Region]:
-    """The unreadable regions of an account, and its zero tail (the file's end)."""
+    """The unreadable regions of an account, its notes (named states of decoded bytes,
+    e.g. index entries beyond a lagging header: no byte, no exit 1), and its zero tail."""
     regions = [Region(r.path, r.offset, r.length, UNREADABLE, r.reason)
                for r in account.unreadable]
+    regions += [Region(r.path, r.offset, 0, NOTE, r.reason) for r in account.notes]
     if account.zero_tail:
         regions.append(Region(account.path, account.size - account.zero_tail,
                               account.zero_tail, ZERO_TAIL, "unwritten zeros up to the end"))

@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from rmqlib.common import races
 from rmqlib.common.fileio import last_nonzero_end, read_bytes, read_range
 from rmqlib.common.segments import list_segments
 from rmqlib.dledger import layout as L
@@ -92,9 +93,18 @@ def check_entries(entries: Sequence[DLedgerEntry], units: Sequence[IndexUnit]
         if unit is None:
             if entry.index < indexed_up_to:
                 problems.append(IndexMismatch(entry.index, "entry has no index unit"))
-        elif (unit.magic, unit.pos, unit.size, unit.entry_index, unit.term) != (
-                L.ENTRY_MAGIC, entry.pos, entry.size, entry.index, entry.term):
-            problems.append(IndexMismatch(entry.index, _disagreement(unit, entry)))
+        else:
+            got = (unit.magic, unit.pos, unit.size, unit.entry_index, unit.term)
+            want = (L.ENTRY_MAGIC, entry.pos, entry.size, entry.index, entry.term)
+            if got == want:
+                continue
+            reason = _disagreement(unit, entry)
+            if entry.index == indexed_up_to and all(g in (w, 0) for g, w in zip(
+                    got, want, strict=True)):
+                # the newest unit, its fields right or still zero: the one being written
+                reason = races.torn_tail(f"the last index unit is incomplete (the unit being "
+                                         f"written when the copy read it, or a kill): {reason}")
+            problems.append(IndexMismatch(entry.index, reason))
     return problems
 
 

@@ -31,6 +31,7 @@ from typing import TypeVar
 import numpy as np
 import pyarrow as pa
 
+from rmqlib.common import races
 from rmqlib.common.accounting import FileAccount, UnreadableRegion
 from rmqlib.common.fileio import has_nonzero_after, read_bytes, read_range, runs
 from rmqlib.common.segments import SEGMENT_NAME, Segment, parse_segment_name
@@ -194,6 +195,11 @@ def unit_file_identity(
 # --------------------------------------------------------------------------- one file
 
 
+TORN_LAST_UNIT = ("the last unit before the zero tail is incomplete (the unit being written: "
+                  "a copy taken while the broker appended it, or a kill); recovery cuts it")
+UNIT_BEFORE_MORE = "invalid unit followed by more units"
+
+
 @dataclass(frozen=True)
 class UnitScan:
     """Where the units of a fixed-unit queue file stand (CQ and batch CQ alike)."""
@@ -215,7 +221,9 @@ def account_units(
 
     Valid units before the zero tail count as decoded, trailing all-zero units as zero
     tail; every other run of units is unreadable (an all-zero hole, or ``invalid_reason``),
-    and so is a partial unit at the end.
+    and so is a partial unit at the end. The last non-zero unit, alone invalid, is the unit
+    being written (a ``torn tail``, rmqlib.common.races); :func:`range_account` relabels it
+    when units follow it in the file.
     """
     n_full = data_length // unit_size
     nonzero = np.flatnonzero(~zero)
@@ -229,6 +237,8 @@ def account_units(
         hole = bool(np.all(zero[first : first + length]))
         reason = "all-zero units followed by more data (hole in the queue)" if hole else (
             invalid_reason)
+        if not hole and length == 1 and first + 1 == data_units:
+            reason = races.torn_tail(f"{TORN_LAST_UNIT}; {invalid_reason}")
         account.add_unreadable(first * unit_size, length * unit_size, reason)
     account.add_unreadable(
         n_full * unit_size,
@@ -396,12 +406,18 @@ def range_account(local: FileAccount, path: str | Path, begin: int, end: int,
     hole, exactly as a whole-file decode would report them.
     """
     account = FileAccount(str(path), end - begin, local.decoded, local.blank)
-    for region in local.unreadable:
-        account.unreadable.append(UnreadableRegion(
-            str(path), region.offset + begin, region.length, region.reason))
     tail = local.zero_tail
     full_units_end = file_size // unit_size * unit_size
-    if tail and end < full_units_end and has_nonzero_after(path, end, full_units_end):
+    torn = any(region.reason.startswith(races.TORN_TAIL) for region in local.unreadable)
+    units_follow = (tail or torn) and end < full_units_end and has_nonzero_after(
+        path, end, full_units_end)
+    for region in local.unreadable:
+        reason = region.reason
+        if units_follow and reason.startswith(races.TORN_TAIL):
+            reason = f"{UNIT_BEFORE_MORE}; {reason.split('; ', 1)[-1]}"
+        account.unreadable.append(UnreadableRegion(
+            str(path), region.offset + begin, region.length, reason))
+    if tail and units_follow:
         account.add_unreadable(end - tail, tail,
                                "all-zero units followed by more data (hole in the queue)")
     else:

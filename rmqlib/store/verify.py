@@ -41,6 +41,7 @@ from rmqlib.checkpoint import read_checkpoint
 from rmqlib.commitlog.arrow import scan_segment_arrow
 from rmqlib.commitlog.properties import INNER_MULTI_DISPATCH, INNER_MULTI_QUEUE_OFFSET, INNER_NUM
 from rmqlib.commitlog.records import GapKind, naming_issues, tail_issues
+from rmqlib.common import races
 from rmqlib.common.accounting import FileAccount
 from rmqlib.common.javahash import index_key_hashes, tags_code
 from rmqlib.common.numbers import decimal_or_none, is_decimal
@@ -129,6 +130,17 @@ class VerifyReport:
     findings: list[Finding] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     accounts: list[FileAccount] = field(default_factory=list)
+    # How the broker was (abort file, lock held): decides the severity of every race of
+    # a hot copy (rmqlib.common.races).
+    state: races.StoreState = field(default_factory=races.StoreState)
+
+    @property
+    def hot(self) -> bool:
+        return self.state.hot
+
+    def race(self, check: str, path: object, offset: int | None, reason: str) -> None:
+        """A finding about a race of a hot copy (or damage), its severity by the rule."""
+        self.add(races.severity(reason, self.hot), check, path, offset, reason)
 
     def add(self, severity: str, check: str, path: object, offset: int | None,
             message: str) -> None:
@@ -138,15 +150,20 @@ class VerifyReport:
     def account(self, account: FileAccount,
                 expected: frozenset[tuple[int, int]] = frozenset()) -> None:
         """Keep a file's account. A region nobody could read is an error, unless it is
-        ``expected`` as (offset, length), e.g. the torn tail a hard kill leaves."""
+        a race of a hot copy (a ``torn tail``, a ``hot copy`` state) in a hot store, or
+        ``expected`` as (offset, length) there; a note costs no byte and is judged by
+        the same rule (rmqlib.common.races)."""
         self.accounts.append(account)
         if not account.balanced:
             self.add(ERROR, "accounting", account.path, None,
                      f"byte accounting does not balance: {account.as_dict()}")
         for region in account.unreadable:
-            severity = WARNING if (region.offset, region.length) in expected else ERROR
+            race = races.is_race(region.reason) or (region.offset, region.length) in expected
+            severity = WARNING if race and self.hot else ERROR
             self.add(severity, "unreadable", region.path, region.offset,
                      f"{region.length} unreadable bytes: {region.reason}")
+        for note in account.notes:
+            self.race("hot-copy", note.path, note.offset, note.reason)
 
     @property
     def errors(self) -> list[Finding]:
@@ -164,7 +181,7 @@ class VerifyReport:
 def verify_store(root: str | Path, *, verify_crc: bool = True) -> VerifyReport:
     """Run every check over the store at ``root``; never raises for bad bytes."""
     root = Path(root)
-    report = VerifyReport(root, take_inventory(root))
+    report = VerifyReport(root, take_inventory(root), state=races.store_state(root))
     _check_inventory(report)
     entries = _load_index_entries(report)
     raft_logs = dledger_dirs(root)
@@ -458,15 +475,23 @@ def _check_commitlog(report: VerifyReport, entries: IndexEntries,
             last_end = int(pc.max(pc.add(batch["physical_offset"], batch["total_size"]))
                            .as_py())
         results.append(scan.result)
-        torn = frozenset((gap.offset, gap.length) for gap in scan.result.gaps
-                         if gap.kind is GapKind.TORN_TAIL)
-        report.account(scan.result.account, expected=torn)
         report.counts["commitlog_blanks"] += len(scan.result.blanks)
-        for gap in scan.result.gaps:
-            if gap.kind is GapKind.TORN_TAIL:
-                report.add(WARNING, "commitlog-tail", scan.result.path, gap.offset,
-                           f"{gap.length} bytes after the last valid record (torn write at "
-                           f"the write position, the logical end): {gap.reason}")
+    for result in results:
+        holds_end = last_end is not None and (
+            result.segment_start < last_end <= result.segment_start + result.file_size)
+        torn = [gap for gap in result.gaps if gap.kind is GapKind.TORN_TAIL]
+        if torn and not holds_end:  # tail_issues names it too
+            races.in_finished_file(result.account)
+        report.account(result.account)
+        for gap in torn if holds_end else []:
+            report.race("commitlog-tail", result.path, gap.offset, races.torn_tail(
+                f"{gap.length} bytes after the last valid record at the write position (the "
+                f"logical end): {gap.reason}"))
+        if result.records_after_blank:
+            report.add(WARNING, "commitlog-blank", result.path, result.blanks[0],
+                       f"the end-of-file BLANK's filler holds {result.records_after_blank} "
+                       "stale record frame(s) (left by a recovery that truncated without "
+                       "zeroing): never read by the broker, not decoded")
     for issue in naming_issues(segments) + tail_issues(results, last_end):
         report.add(ERROR, "commitlog", issue.path, issue.offset, issue.reason)
     _warn_unsized(report, "commitlog", segments)
@@ -499,17 +524,21 @@ def _check_dledger(report: VerifyReport, entries: IndexEntries, raft_logs: list[
     last_end: int | None = None
     for raft_log in raft_logs:
         found: list[DLedgerEntry] = []
+        accounts = []
         for segment in list_segments(raft_log / DLEDGER_DATA):
             scan = scan_dledger_arrow(segment.path, verify_crc=verify_crc)
             for batch in scan:
                 checker.check_batch(batch)
-            torn = frozenset((gap.offset, gap.length) for gap in scan.result.gaps
-                             if gap.kind is GapKind.TORN_TAIL)
-            report.account(scan.result.account, expected=torn)
+            accounts.append((scan.result.account, bool(scan.entries)))
             report.counts["dledger_entries"] += len(scan.entries)
             found += scan.entries
             if scan.entries:
                 last_end = scan.entries[-1].end
+        # only the last data file holding entries is being written: a torn tail before it
+        # is damage (rmqlib.common.races)
+        last_data = max((i for i, (_, has) in enumerate(accounts) if has), default=-1)
+        for i, (account, _) in enumerate(accounts):
+            report.account(races.in_finished_file(account) if i < last_data else account)
         _check_dledger_index(report, raft_log, found)
     report.counts["commitlog_end"] = last_end or 0
     return checker.facts()
@@ -521,7 +550,8 @@ def _check_dledger_index(report: VerifyReport, raft_log: Path,
     if index_dir.is_dir():
         problems = check_index(entries, list(read_index_units(index_dir)))
         for problem in problems[:MAX_LISTED]:
-            report.add(ERROR, "dledger-index", index_dir, problem.index * INDEX_UNIT_SIZE,
+            report.add(races.severity(problem.reason, report.hot), "dledger-index",
+                       index_dir, problem.index * INDEX_UNIT_SIZE,
                        f"index {problem.index}: {problem.reason}")
         if len(problems) > MAX_LISTED:
             report.add(ERROR, "dledger-index", index_dir, None,
@@ -670,9 +700,16 @@ def _check_units(report: VerifyReport, decode: CqFileDecode, queue_range: QueueB
                     for q, o, found_one in zip(queue_offsets, offsets, found, strict=True)]
     else:
         problems = _unit_problems(decode, rows, found, offsets, sizes, queue_offsets, facts)
-    for position, queue_offset, problem in zip(positions.tolist(), queue_offsets.tolist(),
-                                               problems, strict=True):
-        if problem:
+    commitlog_end = report.counts["commitlog_end"]
+    for position, queue_offset, problem, offset, size in zip(
+            positions.tolist(), queue_offsets.tolist(), problems, offsets.tolist(),
+            sizes.tolist(), strict=True):
+        if problem and offset + size > commitlog_end >= 0:
+            report.race("cq-ahead", decode.path, position, races.hot_copy(
+                f"{decode.topic}/{decode.queue_id} offset {queue_offset}: the unit points "
+                f"past the copied commitlog's end {commitlog_end} (commitlog offset {offset}, "
+                f"size {size}): its record was written after the commitlog was read"))
+        elif problem:
             report.add(ERROR, "cq-resolve", decode.path, position,
                        f"{decode.topic}/{decode.queue_id} offset {queue_offset}: {problem}")
     ok = np.array([problem is None for problem in problems], dtype=bool) & found
@@ -1036,6 +1073,8 @@ def _check_config(report: VerifyReport, bounds: dict[tuple[str, int], QueueBound
         report.add(WARNING, "config", config_dir, None, "no config directory")
         return
     loaded = cfg.load_config_dir(config_dir)
+    for name, reason in loaded.mid_rewrite:
+        report.race("config", config_dir / name, None, reason)
     for name, error in loaded.errors.items():
         report.add(ERROR, "config", config_dir / name, error.offset, error.reason)
     for unsupported in loaded.unsupported:
