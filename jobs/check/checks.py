@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from jobs.check.views import SnapshotScope
 from jobs.lakehouse.delta_io import sql_string
+from rmqlib.common import races
 
 FINDING_COLUMNS = ("check_name", "severity", "scope", "topic", "queue_id", "group_name",
                    "affected", "expected", "observed", "sample_offsets", "explanation")
@@ -25,6 +26,13 @@ FINDING_COLUMNS = ("check_name", "severity", "scope", "topic", "queue_id", "grou
 BUILTIN_GROUPS = ("CID_ONS-HTTP-PROXY", "CID_ONSAPI_OWNER", "CID_ONSAPI_PERMISSION",
                   "CID_ONSAPI_PULL", "CID_RMQ_SYS_TRANS", "FILTERSRV_CONSUMER",
                   "SELF_TEST_C_GROUP", "TOOLS_CONSUMER")
+
+# The one rule of rmqlib.common.races, over a file's quarantine rows: a race of a hot copy
+# (a torn tail at the write position, a hot-copy state) warns in a store whose abort file
+# is present (the broker was running or was killed) and is an error in a cleanly stopped
+# one; RACES selects those rows (the rest is damage: quarantined_region).
+RACE_SEVERITY = races.severity_sql("min(f.reason)", "{abort}")
+RACES = " OR ".join(f"f.reason LIKE '{prefix}%'" for prefix in races.RACE_PREFIXES)
 
 # Broker-internal topics: 4.9.x keeps some (RMQ_SYS_TRANS_OP_HALF_TOPIC) out of topics.json.
 SYSTEM_TOPIC = "({t} = 'SCHEDULE_TOPIC_XXXX' OR lower(left({t}, 8)) = 'rmq_sys_')"
@@ -77,9 +85,15 @@ def stream_check(name: str, rule: str, stream: str, expected: str, observed: str
                  explanation: str) -> Check:
     """An error per file with quarantine rows of ``stream``: the load's findings of a kind
     that are no unreadable bytes (a DLedger index unit, a compacted queue, a controller
-    file that disagrees with what it describes), each file's positions sampled."""
+    file that disagrees with what it describes), each file's positions sampled; a file
+    whose only rows are races of a hot copy (the unit being written) warns in a hot store
+    (rmqlib.common.races)."""
+    severity = (f"CASE WHEN min(f.reason) = max(f.reason) THEN "
+                f"{races.severity_sql('min(f.reason)', '{abort}', after_label=True)} "
+                "ELSE 'error' END")
     return Check(name, rule, f"""
-        SELECT '{{name}}' AS check_name, 'error' AS severity, concat('file=', f.file) AS scope,
+        SELECT '{{name}}' AS check_name, {severity} AS severity,
+               concat('file=', f.file) AS scope,
                {{no_scope}}, count(*) AS affected,
                {sql_string(expected)} AS expected,
                concat(count(*), {sql_string(' ' + observed + ': ')},
@@ -490,17 +504,33 @@ CHECKS: tuple[Check, ...] = (
           "bytes changed after the broker wrote them (disk or copy damage): these bodies are "
           "not what the producer sent; commitlog offsets listed"
         )),
-    Check("torn_tail", "§2.2, §8.3", """
-        SELECT '{name}' AS check_name, 'warning' AS severity, concat('file=', f.file) AS scope,
-               {no_scope}, sum(f.length) AS affected,
+    Check("torn_tail", "§2.2, §8.3", f"""
+        SELECT '{{name}}' AS check_name, {RACE_SEVERITY} AS severity,
+               concat('file=', f.file) AS scope,
+               {{no_scope}}, sum(f.length) AS affected,
                'written data ends with a whole record' AS expected,
                concat(count(*), ' region(s), ', sum(f.length), ' byte(s) cut at the end')
                    AS observed,
                slice(array_sort(collect_list(f.offset)), 1, 5) AS sample_offsets,
-               {explanation} AS explanation
-        FROM rc_quarantine f WHERE f.reason LIKE 'torn tail%' GROUP BY f.file""",
-        ("a record cut at the end of written data (copy taken while the broker wrote, or a "
-         "crash): it is read again from the next snapshot; file positions listed")),
+               {{explanation}} AS explanation
+        FROM rc_quarantine f WHERE f.reason LIKE '{races.TORN_TAIL}%' GROUP BY f.file""",
+        ("the record, unit or entry the broker was writing at the write position, cut (copy "
+         "taken while the broker wrote, or a kill): it is read again from the next snapshot; "
+         "an error when the broker had stopped cleanly (no abort file), where no write was "
+         "in progress; file positions listed")),
+    Check("hot_copy_race", "§4, §5, §7", f"""
+        SELECT '{{name}}' AS check_name, {RACE_SEVERITY} AS severity,
+               concat('file=', f.file) AS scope,
+               {{no_scope}}, count(*) AS affected,
+               'every counter and partner file caught up with its data' AS expected,
+               concat(count(*), ' state(s): ', substring(min(f.reason), 1, 200)) AS observed,
+               slice(array_sort(collect_list(f.offset)), 1, 5) AS sample_offsets,
+               {{explanation}} AS explanation
+        FROM rc_quarantine f WHERE f.reason LIKE '{races.HOT_COPY}%' GROUP BY f.file""",
+        ("data the copy read before the counter or partner file that describes it (index "
+         "entries beyond the header's indexCount, queue units ahead of the copied commitlog, "
+         "a config file read mid-rewrite): decoded, or read again from the next snapshot; an "
+         "error when the broker had stopped cleanly (no abort file); file positions listed")),
     Check("quarantined_region", "§2.2, §8.2", """
         SELECT '{name}' AS check_name, 'error' AS severity, concat('file=', f.file) AS scope,
                {no_scope}, sum(f.length) AS affected,
@@ -510,9 +540,9 @@ CHECKS: tuple[Check, ...] = (
                slice(array_sort(collect_list(f.offset)), 1, 5) AS sample_offsets,
                {explanation} AS explanation
         FROM rc_quarantine f
-        WHERE f.reason NOT LIKE 'torn tail%'
+        WHERE NOT ({RACES})
           AND f.stream NOT IN ('dledger_index', 'compaction', 'controller')
-        GROUP BY f.file""",
+        GROUP BY f.file""".replace("{RACES}", RACES),
         ("bytes that do not decode (damage inside the file): the records or units in them "
          "are missing from the tables; file positions listed")),
     stream_check(

@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rmqlib.commitlog.arrow import scan_segment_arrow, unwrap_inner_batches
+from rmqlib.common import races
 from rmqlib.common.accounting import FileAccount
 from rmqlib.common.fileio import read_range
 from rmqlib.dledger.arrow import scan_dledger_arrow
@@ -140,7 +141,8 @@ def _account_report(account: FileAccount) -> dict[str, object]:
     return {
         "bytes": account.size, "decoded": account.decoded, "blank": account.blank,
         "zero_tail": account.zero_tail,
-        "unreadable": [[r.offset, r.length, r.reason] for r in account.unreadable],
+        "unreadable": [[r.offset, r.length, r.reason] for r in account.unreadable]
+        + [[r.offset, 0, r.reason] for r in account.notes],  # races named at no byte cost
     }
 
 
@@ -210,6 +212,8 @@ def _commitlog_task(task: Task, context: DecodeContext
         if first is None:
             first = batch.column("physical_offset")[0].as_py()
     result = scan.result
+    if task.rel_path != context.commitlog_tail_file:  # no write in progress there
+        races.in_finished_file(result.account)
     account = _account_report(result.account)
     torn = held is not None and _torn_last_record(task, context, held, result.segment_start,
                                                   result.logical_end)
@@ -447,6 +451,11 @@ def _queue_task(task: Task, context: DecodeContext) -> Iterator[pa.RecordBatch]:
         yield _assemble(columns, context.output_schema)
     unit = 46 if batch_queue else 20
     loaded_end = int(position[-1]) + unit if n else None
+    if keep < len(offsets):  # read again from the next snapshot, with their records
+        races.note(decoded.account, int(decoded.file_position[keep]), races.hot_copy(
+            f"{len(offsets) - keep} unit(s) from here point past the loaded commitlog's end "
+            f"{context.commitlog_end}: their records were not in the copy (written after "
+            "the commitlog was read); not loaded yet"))
     return {
         "rows": n, "account": _account_report(decoded.account),
         "file_start": decoded.start,

@@ -142,6 +142,7 @@ def config_problems(config: ConfigDir) -> list[tuple[str, str]]:
     problems += [(str(item.path), str(item)) for item in config.unsupported]
     problems += [(name, note) for name, notes in sorted(config.left_out.items())
                  for note in notes]
+    problems += config.mid_rewrite  # "hot copy: ..." (rmqlib.common.races)
     return problems
 
 
