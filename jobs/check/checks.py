@@ -638,6 +638,36 @@ CHECKS: tuple[Check, ...] = (
           "the checkpoint says the broker flushed messages newer than any in the commitlog: the "
           "commitlog was truncated or restored from an older copy (seconds missing in affected)"
         )),
+    Check("history_rewritten", "docs/nightly-dag.md", """
+        SELECT '{name}' AS check_name, 'warning' AS severity,
+               concat('broker incarnation=', f.incarnation) AS scope, {no_scope},
+               f.records_superseded AS affected,
+               concat('the records loaded up to commitlog offset ', f.to_offset,
+                      ' still in the store') AS expected,
+               concat(f.kind, ' from commitlog offset ', f.from_offset, ': ',
+                      f.records_superseded, ' loaded record(s) superseded (rows kept in ',
+                      'superseded_messages)') AS observed,
+               array(f.from_offset) AS sample_offsets,
+               {explanation} AS explanation
+        FROM rc_rewrites f WHERE f.kind <> 'file'""",
+        (
+          "the broker's store no longer holds records that were loaded (a failover's "
+          "truncation, a power loss, a restored backup; reset: a new store under this name): "
+          "the new history was loaded, the superseded records are kept apart"
+        )),
+    Check("file_rewritten", "docs/nightly-dag.md", """
+        SELECT '{name}' AS check_name, 'info' AS severity, concat('file=', f.file) AS scope,
+               {no_scope}, f.to_offset - f.from_offset AS affected,
+               concat('the first ', f.to_offset, ' bytes as in snapshot ',
+                      coalesce(f.previous_snapshot_id, '?')) AS expected,
+               concat('differs from byte ', f.from_offset) AS observed,
+               array(f.from_offset) AS sample_offsets,
+               {explanation} AS explanation
+        FROM rc_rewrites f WHERE f.kind = 'file'""",
+        (
+          "the snapshot copier found this file changed below what the previous snapshot "
+          "held and copied it whole (never a mix of the two)"
+        )),
     Check("retention_gap", "§1.1", """
         SELECT '{name}' AS check_name, 'warning' AS severity,
                CASE WHEN f.topic IS NULL THEN concat('stream=', f.stream)

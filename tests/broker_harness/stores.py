@@ -96,10 +96,19 @@ POP_VARIANT = "v5-pop"
 #: in-flight messages are records of kvStore/ (RocksDB, column family popState), not commitlog
 #: checkpoints.
 POP_KV_VARIANT = "v5-pop-kv"
+#: Built only on request too: stores that change under a reader (``ChangingWorkload.java``, own
+#: ``main``, copies ``copies/<node>/<NN-phase>/store`` in time order): a controller-mode pair whose
+#: old master's acked messages are truncated away after an unclean failover (``v5-failover``), a
+#: classic slave rebuilt from an empty store, copied while behind (``v5-resync``), and one broker
+#: name re-provisioned on an empty store with other messages (``v5-reprovisioned``).
+FAILOVER_VARIANT = "v5-failover"
+RESYNC_VARIANT = "v5-resync"
+REPROVISIONED_VARIANT = "v5-reprovisioned"
+CHANGING_VARIANTS = (FAILOVER_VARIANT, RESYNC_VARIANT, REPROVISIONED_VARIANT)
 EXTRA_VARIANTS: tuple[str, ...] = (GROWING_VARIANT, FEATURES_VARIANT, CLUSTER_VARIANT,
                                    DLEDGER_VARIANT, *ROCKSDB_VARIANTS, DLEDGER4_VARIANT,
                                    COMPACTION_VARIANT, CONTROLLER_VARIANT, POP_VARIANT,
-                                   POP_KV_VARIANT)
+                                   POP_KV_VARIANT, *CHANGING_VARIANTS)
 ALL_VARIANTS: tuple[str, ...] = VARIANTS + EXTRA_VARIANTS
 DEFAULT_VARIANT = "v5-clean"
 CACHE_ENV = "RMQ_STORE_CACHE"
@@ -137,9 +146,11 @@ MODE_VARIANTS = (DLEDGER_VARIANT, *ROCKSDB_VARIANTS, DLEDGER4_VARIANT, COMPACTIO
 MAIN_CLASSES: dict[str, str] = dict.fromkeys(MODE_VARIANTS, "rmqharness.ModeWorkload")
 MAIN_CLASSES[CONTROLLER_VARIANT] = "rmqharness.ControllerWorkload"
 MAIN_CLASSES[POP_VARIANT] = MAIN_CLASSES[POP_KV_VARIANT] = "rmqharness.PopWorkload"
+MAIN_CLASSES.update(dict.fromkeys(CHANGING_VARIANTS, "rmqharness.ChangingWorkload"))
 #: Scenario classes that serve several variants (others serve the variant ``*-<scenario>``).
 SCENARIO_OF: dict[str, str] = dict.fromkeys(MODE_VARIANTS, "mode")
 SCENARIO_OF[POP_KV_VARIANT] = "pop"
+SCENARIO_OF.update(dict.fromkeys(CHANGING_VARIANTS, "changing"))
 
 
 def driver_jvm_opts(variant: str) -> list[str]:
