@@ -159,3 +159,33 @@ def pop_store(request: pytest.FixtureRequest) -> Path:
     at s1 and at the end, the revive topic, the broker's POP settings and the check of
     ``config/consumerOffset.json`` against the admin rows). Generated on first use (~45 s)."""
     return _variant(request.param)
+
+
+@pytest.fixture(scope="session", params=list(stores.CHANGING_VARIANTS))
+def changing_store(request: pytest.FixtureRequest) -> Path:
+    """A store that changed under its readers, each test once per variant: ``v5-failover``
+    (a controller-mode pair: the old master's acked M2 truncated away after an unclean
+    failover), ``v5-resync`` (a classic slave rebuilt from an empty store, copied while
+    behind) and ``v5-reprovisioned`` (one broker name on a new, empty store). No ``store/``:
+    ``copies/<node>/<NN-phase>/store`` in time order and ``truth/`` (sends.jsonl, copies.json
+    with the broker's own reading of each copy's commitlog, events.jsonl, <scenario>.json).
+    Generated on first use (~40-70 s each)."""
+    return _variant(request.param)
+
+
+@pytest.fixture(scope="session")
+def failover_store() -> Path:
+    """The ``v5-failover`` variant dir alone (see ``changing_store``)."""
+    return _variant(stores.FAILOVER_VARIANT)
+
+
+@pytest.fixture(scope="session")
+def resync_store() -> Path:
+    """The ``v5-resync`` variant dir alone (see ``changing_store``)."""
+    return _variant(stores.RESYNC_VARIANT)
+
+
+@pytest.fixture(scope="session")
+def reprovisioned_store() -> Path:
+    """The ``v5-reprovisioned`` variant dir alone (see ``changing_store``)."""
+    return _variant(stores.REPROVISIONED_VARIANT)
