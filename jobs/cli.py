@@ -244,11 +244,10 @@ def _refusals() -> tuple[type[BaseException], ...]:
     from jobs.lakehouse.table_versions import ContractVersionError
     from jobs.lakehouse.tables import TableDriftError
     from jobs.load.job import LoadRefusedError
-    from jobs.load.plan import StoreWentBackwardsError
     from jobs.query.saved import QueryError
     from rmqlib.errors import StoreError
 
-    return (LoadRefusedError, StoreWentBackwardsError, QueryError, TableDriftError,
+    return (LoadRefusedError, QueryError, TableDriftError,
             StoreError, SnapshotNotLoadedError, AlertConfigError, ContractVersionError,
             MigrationError)
 

@@ -109,7 +109,6 @@ def load_broker(start_spark: Callable[[], SparkSession], config: PipelineConfig,
     from jobs.lakehouse.progress import ConsoleProgress
     from jobs.lakehouse.spark_session import SparkOnDemand
     from jobs.load.job import LoadOptions, LoadRefusedError, load_snapshot
-    from jobs.load.plan import StoreWentBackwardsError
     from rmqlib.errors import StoreError
 
     broker, snapshot_id = snapshot["broker"], snapshot["snapshot_id"]
@@ -122,7 +121,7 @@ def load_broker(start_spark: Callable[[], SparkSession], config: PipelineConfig,
         with ConsoleProgress(spark, stream=_LogLines(broker)) as progress:
             summary = load_snapshot(spark, broker, snapshot_id, snapshot["store"], options,
                                     registry=registry_for(None, config), progress=progress)
-    except (LoadRefusedError, StoreWentBackwardsError) as error:
+    except LoadRefusedError as error:
         raise StepError(f"{broker}: load of snapshot {snapshot_id} refused: {error}",
                         permanent=True) from error
     except StoreError as error:

@@ -17,6 +17,7 @@ do to its history is what real brokers do:
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -50,6 +51,13 @@ class ChangingBroker:
 
     def grow(self, count: int) -> None:
         self.history += [self._message() for _ in range(count)]
+
+    def resend(self, messages: list[E.Message]) -> None:
+        """Append ``messages`` again, stored anew (a producer's retry after a failover:
+        the same msgId, another store time and offset)."""
+        self.serial += len(messages)
+        self.history += [replace(m, store_timestamp=m.store_timestamp + 10**9 + self.serial)
+                         for m in messages]
 
     def truncate(self, keep: int) -> None:
         self.history = self.history[:keep]
@@ -95,6 +103,12 @@ class ChangingBroker:
             for first in range(0, len(queue), CQ_FILE_UNITS):
                 name = f"consumequeue/{topic}/{queue_id}/{first * 20:020d}"
                 files[name] = S.cq_file(queue[first:first + CQ_FILE_UNITS], CQ_FILE_UNITS * 20)
+        files["config/topics.json"] = json.dumps({
+            "dataVersion": {"counter": 1, "stateVersion": 0, "timestamp": 1_700_000_000_000},
+            "topicConfigTable": {topic: {
+                "attributes": {}, "order": False, "perm": 6, "readQueueNums": QUEUES,
+                "topicFilterType": "SINGLE_TAG", "topicName": topic, "topicSysFlag": 0,
+                "writeQueueNums": QUEUES} for topic in TOPICS}}, indent=1).encode()
         self._sync(files)
         return CommitLogLayout(writer.placed)
 

@@ -39,7 +39,8 @@ from jobs.lakehouse.contracts import (
 TABLES = ("messages", "queue_entries", "index_entries", "message_lookup", "topics",
           "subscription_groups", "consumer_offsets", "delay_offsets", "pending_timers",
           "compacted_entries", "broker_epochs", "pop_in_flight", "snapshots", "quarantine",
-          "retention_gaps", "load_state", "load_runs", "maintenance_runs", "check_results",
+          "retention_gaps", "load_state", "history_rewrites", "superseded_messages",
+          "load_runs", "maintenance_runs", "check_results",
           "consumer_lag", "consumer_status", "alerts", "cluster_lag", "replica_status")
 APPEND_ONLY = {"messages", "queue_entries", "index_entries", "message_lookup", "load_runs",
                "maintenance_runs"}

@@ -15,12 +15,12 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow.compute as pc
 import pytest
 from lakehouse import TEST_OPTIONS, all_content, load
 
 from jobs.lakehouse import tables as T
 from jobs.lakehouse.tables import Registry
-from jobs.load.plan import StoreWentBackwardsError
 from rmqlib.commitlog.records import scan_segment
 from rmqlib.common.segments import list_segments, segment_name
 
@@ -91,19 +91,37 @@ def test_damage_inside_a_body_loads_the_record_flagged_not_quarantined(
     assert registry.read(T.MESSAGES).where("body_crc_ok = false").count() == 1
 
 
-def test_a_different_store_under_the_same_broker_name_is_refused(
+def test_a_different_store_under_the_same_broker_name_is_a_new_incarnation(
         spark, broker_stores, tmp_path):  # type: ignore[no-untyped-def]
+    """A broker re-provisioned under the same name (here: another real broker's store)
+    is loaded as a new incarnation: every record of the first is superseded, kept in
+    superseded_messages, and the current rows are exactly a fresh load's of the second."""
+    from jobs.lakehouse.history import superseded_mask
+    from jobs.load import rewrites
+
     warehouse = tmp_path / "wh"
-    registry, _ = load(spark, warehouse, "b", "day-1", broker_stores["v5-killed"] / "store")
-    before = all_content(registry)
-    with pytest.raises(StoreWentBackwardsError) as refused:
-        load(spark, warehouse, "b", "day-2", broker_stores["v4-clean"] / "store")
-    message = str(refused.value)
-    assert "refusing" in message and "'day-1'" in message
-    # Nothing of the refused snapshot reached the fact tables.
-    after = all_content(registry)
-    for name in (T.MESSAGES, T.QUEUE_ENTRIES, T.INDEX_ENTRIES, T.LOAD_STATE):
-        assert after[name] == before[name], name
+    first, second = broker_stores["v5-killed"] / "store", broker_stores["v4-clean"] / "store"
+    registry, _ = load(spark, warehouse, "b", "day-1", first)
+    loaded_first = {r.physical_offset for r in registry.read(T.MESSAGES).collect()}
+    load(spark, warehouse, "b", "day-2", second)
+    (row,) = registry.read_rows(T.HISTORY_REWRITES, broker="b")
+    assert (row["kind"], row["incarnation"], row["from_offset"]) == (rewrites.RESET, 2, 0)
+    kept = registry.read_rows(T.SUPERSEDED_MESSAGES, broker="b")
+    assert {r["physical_offset"] for r in kept} == loaded_first
+    fresh, _ = load(spark, tmp_path / "fresh", "b", "day-2", second)
+    every = registry.read_arrow(T.MESSAGES, broker="b")
+    current = every.filter(pc.invert(superseded_mask(
+        every, rewrites.rewrites_of(registry, "b"), "physical_offset")))
+    expected = fresh.read_arrow(T.MESSAGES, broker="b")
+    key = ["physical_offset", "inner_index"]
+    order = [(k, "ascending") for k in key]
+    assert (current.select([*key, "msg_id", "body_sha256"]).sort_by(order)
+            == expected.select([*key, "msg_id", "body_sha256"]).sort_by(order))
+    # Spark SQL by name: rmq.messages is the current history, rmq.messages_all every row
+    registry.ensure()
+    counted = spark.sql("SELECT (SELECT count(*) FROM rmq.messages) AS current, "
+                        "(SELECT count(*) FROM rmq.messages_all) AS every").collect()[0]
+    assert (counted.current, counted.every) == (current.num_rows, every.num_rows)
 
 
 def _load_command(store: Path, warehouse: Path, broker: str, snapshot: str) -> list[str]:

@@ -655,6 +655,29 @@ CHECKS: tuple[Check, ...] = (
           "truncation, a power loss, a restored backup; reset: a new store under this name): "
           "the new history was loaded, the superseded records are kept apart"
         )),
+    Check("messages_lost_in_rewrite", "docs/changing-stores.md", """
+        SELECT '{name}' AS check_name, 'error' AS severity, 'broker' AS scope, {no_scope},
+               count(*) AS affected,
+               'every record the broker stored is still in its history' AS expected,
+               concat(count(*), ' record(s) discarded by the ', first(w.kind),
+                      ' from commitlog offset ', first(w.from_offset),
+                      ' and stored nowhere else on this broker; msgIds ',
+                      array_join(slice(array_sort(collect_list(f.msg_id)), 1, 5), ', '))
+                   AS observed,
+               {samples_pos} AS sample_offsets,
+               {explanation} AS explanation
+        FROM rc_superseded f
+        CROSS JOIN (SELECT kind, from_offset FROM rc_rewrites
+                    WHERE kind IN ('truncated', 'rewritten')) w
+        WHERE f.inner_index = 0 AND (f.msg_id IS NULL
+              OR NOT EXISTS (SELECT 1 FROM rc_msg m WHERE m.uniq_key = f.msg_id))
+        HAVING count(*) > 0""",
+        (
+          "messages the broker had stored (and may have acknowledged to their producers) are "
+          "gone from its store after a truncation (a failover's, or a power loss's), and no "
+          "record of this broker's history now carries their msgId: the rows are kept in "
+          "superseded_messages; physical offsets listed"
+        )),
     Check("file_rewritten", "docs/nightly-dag.md", """
         SELECT '{name}' AS check_name, 'info' AS severity, concat('file=', f.file) AS scope,
                {no_scope}, f.to_offset - f.from_offset AS affected,

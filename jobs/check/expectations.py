@@ -271,8 +271,9 @@ def batch_filter(registry: Registry, table: str, broker: str,
     columns = {column.name for column in registry[table].contract.columns}
     equal = {"broker": broker} if "broker" in columns else {}
     if table not in BROKER_WIDE:
-        snapshot_column = next((c for c in ("first_snapshot_id", "snapshot_id") if c in columns),
-                               None)
+        # superseded rows belong to the snapshot that superseded them
+        snapshot_column = next((c for c in ("superseded_in_snapshot_id", "first_snapshot_id",
+                                            "snapshot_id") if c in columns), None)
         if snapshot_column:
             equal[snapshot_column] = snapshot_id
     return equal

@@ -25,6 +25,7 @@ from datetime import datetime
 from jobs.check.engines import CheckEngine
 from jobs.lakehouse import tables as T
 from jobs.lakehouse.delta_io import sql_string
+from jobs.lakehouse.history import SUPERSEDED_SQL
 from jobs.lakehouse.tables import Registry
 
 
@@ -121,7 +122,14 @@ def _bounds_sql(scope: SnapshotScope, cl_min: int) -> str:
 # The tables the views read, each as ``rc_all_<table>``.
 SOURCES = (T.MESSAGES, T.QUEUE_ENTRIES, T.INDEX_ENTRIES, T.TOPICS, T.SUBSCRIPTION_GROUPS,
            T.CONSUMER_OFFSETS, T.DELAY_OFFSETS, T.PENDING_TIMERS, T.COMPACTED_ENTRIES,
-           T.BROKER_EPOCHS, T.POP_IN_FLIGHT, T.QUARANTINE, T.RETENTION_GAPS)
+           T.BROKER_EPOCHS, T.POP_IN_FLIGHT, T.QUARANTINE, T.RETENTION_GAPS,
+           T.HISTORY_REWRITES, T.SUPERSEDED_MESSAGES)
+
+
+def _current(table: str, offset: str) -> str:
+    """A fact row no rewrite superseded (jobs.load.rewrites): the store's history now."""
+    return "NOT " + SUPERSEDED_SQL.format(r="rc_all_history_rewrites", t=table,
+                                          offset=offset)
 
 
 def create_views(engine: CheckEngine, scope: SnapshotScope) -> None:
@@ -134,12 +142,14 @@ def create_views(engine: CheckEngine, scope: SnapshotScope) -> None:
         # One row per commitlog record (an inner batch's first member stands for it, with
         # the record's own tags, keys and UNIQ_KEY): what queues and the index point at.
         "rc_msg": f"""
-            SELECT {MESSAGE_COLUMNS} FROM rc_all_messages
+            SELECT {MESSAGE_COLUMNS} FROM rc_all_messages m
             WHERE broker = {b} AND first_snapshot_id IN ({visible}) AND inner_index = 0
-              AND physical_offset >= {cl_min} AND physical_offset < {cl_max}""",
+              AND physical_offset >= {cl_min} AND physical_offset < {cl_max}
+              AND {_current("m", "physical_offset")}""",
         "rc_qe": f"""
-            SELECT * FROM rc_all_queue_entries
-            WHERE broker = {b} AND first_snapshot_id IN ({visible})""",
+            SELECT * FROM rc_all_queue_entries q
+            WHERE broker = {b} AND first_snapshot_id IN ({visible})
+              AND {_current("q", "commitlog_offset")}""",
         "rc_units": f"""
             SELECT * FROM rc_qe
             WHERE kind <> 'filler' AND commitlog_offset >= {cl_min}""",
@@ -147,8 +157,9 @@ def create_views(engine: CheckEngine, scope: SnapshotScope) -> None:
         # still in the commitlog (the broker's correctMinOffset), = max when none is.
         "rc_bounds": _bounds_sql(scope, cl_min),
         "rc_idx": f"""
-            SELECT * FROM rc_all_index_entries
-            WHERE broker = {b} AND first_snapshot_id IN ({visible})""",
+            SELECT * FROM rc_all_index_entries i
+            WHERE broker = {b} AND first_snapshot_id IN ({visible})
+              AND {_current("i", "commitlog_offset")}""",
         "rc_topics": f"SELECT * FROM rc_all_topics WHERE broker = {b} AND snapshot_id = {s}",
         "rc_groups": f"""
             SELECT * FROM rc_all_subscription_groups WHERE broker = {b} AND snapshot_id = {s}""",
@@ -172,6 +183,12 @@ def create_views(engine: CheckEngine, scope: SnapshotScope) -> None:
             SELECT * FROM rc_all_quarantine WHERE broker = {b} AND snapshot_id = {s}""",
         "rc_gaps": f"""
             SELECT * FROM rc_all_retention_gaps WHERE broker = {b} AND snapshot_id = {s}""",
+        "rc_rewrites": f"""
+            SELECT * FROM rc_all_history_rewrites WHERE broker = {b} AND snapshot_id = {s}""",
+        "rc_superseded": f"""
+            SELECT broker, physical_offset, inner_index, msg_id, topic
+            FROM rc_all_superseded_messages
+            WHERE broker = {b} AND superseded_in_snapshot_id = {s}""",
     }
     for name, query in views.items():
         engine.create_view(name, query, cached=name in CACHED)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from jobs.lakehouse import driver_rows
 from jobs.lakehouse.contracts import Contract, load_contracts, schema_drift
+from jobs.lakehouse.history import ALL_ROWS_SUFFIX, OFFSET_COLUMNS, current_rows_sql
 from jobs.lakehouse.jars import REPO_ROOT
 from jobs.lakehouse.table_ddl import create_table, evolve_table
 from jobs.lakehouse.table_versions import (
@@ -58,6 +59,9 @@ SNAPSHOTS = "snapshots"
 QUARANTINE = "quarantine"
 RETENTION_GAPS = "retention_gaps"
 LOAD_STATE = "load_state"
+# A store that no longer held what was loaded (jobs.load.rewrites), and the rows it replaced.
+HISTORY_REWRITES = "history_rewrites"
+SUPERSEDED_MESSAGES = "superseded_messages"
 LOAD_RUNS = "load_runs"
 MAINTENANCE_RUNS = "maintenance_runs"
 # Checks: written per snapshot by the reconcile job and the alerts.
@@ -71,8 +75,8 @@ REPLICA_STATUS = "replica_status"
 
 TABLES = (MESSAGES, QUEUE_ENTRIES, INDEX_ENTRIES, MESSAGE_LOOKUP, TOPICS, SUBSCRIPTION_GROUPS,
           CONSUMER_OFFSETS, DELAY_OFFSETS, PENDING_TIMERS, COMPACTED_ENTRIES, BROKER_EPOCHS,
-          POP_IN_FLIGHT, SNAPSHOTS, QUARANTINE,
-          RETENTION_GAPS, LOAD_STATE, LOAD_RUNS, MAINTENANCE_RUNS, CHECK_RESULTS, CONSUMER_LAG,
+          POP_IN_FLIGHT, SNAPSHOTS, QUARANTINE, RETENTION_GAPS, LOAD_STATE, HISTORY_REWRITES,
+          SUPERSEDED_MESSAGES, LOAD_RUNS, MAINTENANCE_RUNS, CHECK_RESULTS, CONSUMER_LAG,
           CONSUMER_STATUS, ALERTS, CLUSTER_LAG, REPLICA_STATUS)
 # Written by a cluster's stage of the night, never by a broker's load or check.
 CLUSTER_TABLES = (CLUSTER_LAG, REPLICA_STATUS)
@@ -186,16 +190,34 @@ class Registry:
         with ThreadPoolExecutor(max_workers=4) as pool:
             for future in [pool.submit(self.register_name, t) for t in unregistered]:
                 future.result()
+        if any(t.name in OFFSET_COLUMNS or t.name == HISTORY_REWRITES for t in unregistered):
+            self._register_current_views()
         registered.update({t.qualified_name: t.location for t in unregistered})
 
     def register_name(self, table: Table) -> None:
         """Point ``rmq.<table>`` at the table as it is on disk now (the session catalog
         keeps its own copy of an external table's schema and layout, so a table whose
-        layout changed must be registered again)."""
+        layout changed must be registered again). A fact table with a history is
+        registered as ``rmq.<table>_all``: ``rmq.<table>`` is its current history."""
+        name = table.qualified_name + (ALL_ROWS_SUFFIX if table.name in OFFSET_COLUMNS
+                                       else "")
         self.spark.sql(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")  # metadata only
-        self.spark.sql(f"DROP TABLE IF EXISTS {table.qualified_name}")
-        self.spark.sql(f"CREATE TABLE {table.qualified_name} USING DELTA "
-                       f"LOCATION '{table.location}'")
+        self._drop_name(name)
+        self.spark.sql(f"CREATE TABLE {name} USING DELTA LOCATION '{table.location}'")
+
+    def _register_current_views(self) -> None:
+        """``rmq.messages``, ``rmq.queue_entries``, ``rmq.index_entries``: every row no
+        rewrite of its broker's history superseded (:mod:`jobs.lakehouse.history`)."""
+        for name in OFFSET_COLUMNS:
+            view = f"{DATABASE}.{name}"
+            self._drop_name(view)
+            self.spark.sql(f"CREATE VIEW {view} AS " + current_rows_sql(
+                name, f"{view}{ALL_ROWS_SUFFIX}", f"{DATABASE}.{HISTORY_REWRITES}"))
+
+    def _drop_name(self, name: str) -> None:
+        if self.spark.catalog.tableExists(name):
+            kind = self.spark.catalog.getTable(name).tableType
+            self.spark.sql(f"DROP {'VIEW' if kind == 'VIEW' else 'TABLE'} {name}")
 
     def bring_to_contract(self, table: Table) -> bool:
         """Create or evolve ``table`` as its contract says; True when this call created it.

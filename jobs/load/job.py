@@ -5,7 +5,9 @@ it with the same snapshot id):
 
 1. register the snapshot (``snapshots``, status ``loading``) and give it a sequence
    number; that number is the Delta ``txnVersion`` of every fact append below;
-2. plan decode tasks past the broker's high-water marks (``jobs.load.plan``);
+2. settle a store that no longer holds what was loaded (``jobs.load.rewrites``: record
+   the rewrite and the superseded rows, move the marks back), then plan decode tasks
+   past the broker's high-water marks (``jobs.load.plan``);
 3. decode and append ``messages``, then ``queue_entries`` (units past the loaded
    commitlog wait for the next load), then ``index_entries``: on Spark's executors, or in
    this process for a small plan (:mod:`jobs.load.fact_writers`); meanwhile, in
@@ -35,7 +37,7 @@ import functools
 import shutil
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -49,7 +51,7 @@ from jobs.lakehouse import tables as T
 from jobs.lakehouse.engine_choice import AUTO, ENGINES
 from jobs.lakehouse.spark_session import SparkOnDemand
 from jobs.lakehouse.tables import Registry
-from jobs.load import state_rows
+from jobs.load import rewrites, state_rows
 from jobs.load.broker_lock import BrokerBusyError, broker_load_lock
 from jobs.load.decode_tasks import (
     BATCHCONSUMEQUEUE,
@@ -215,6 +217,47 @@ class SnapshotLoad:
     def marks(self) -> list[HighWaterMark]:
         return [HighWaterMark(**row)
                 for row in self.registry.read_rows(T.LOAD_STATE, broker=self.broker)]
+
+    def settle_history(self, marks: list[HighWaterMark]) -> list[HighWaterMark]:
+        """The marks to plan from, after recording what the snapshot shows was rewritten:
+        the files the snapshot copier found rewritten, and a commitlog that no longer
+        holds the loaded history (then the superseded rows are recorded and the marks
+        moved back; see :mod:`jobs.load.rewrites`). A replica loads no records: its
+        commitlog is compared with its master's by the cluster stage instead."""
+        mark = next((m for m in marks if m.stream == COMMITLOG), None)
+        rewrite = None
+        recorded = rewrites.recorded_rewrite(self.registry, self.broker, self.snapshot_id)
+        if recorded is not None:
+            rewrite = rewrites.rewrite_from_row(self.registry, self.broker, self.store,
+                                                recorded)
+        elif mark is not None and not self.options.replica:
+            reason = rewrites.changed_since_loaded(self.store, mark)
+            if reason is not None:
+                self.progress(f"the store no longer holds the loaded history: {reason}")
+                rewrite = rewrites.find_rewrite(self.registry, self.broker, self.store,
+                                                mark, self.snapshot_id)
+        superseded = (rewrites.superseded_message_rows(self.registry, self.broker,
+                                                       self.snapshot_id, rewrite)
+                      if rewrite is not None else None)
+        rows = rewrites.file_rows(self.broker, self.snapshot_id, self.store,
+                                  rewrites.current_incarnation(self.registry, self.broker))
+        if rewrite is not None and recorded is None:
+            rows.append(rewrites.rewrite_row(self.broker, self.snapshot_id, rewrite,
+                                             superseded.num_rows))
+            self.progress(f"history {rewrite.kind} from commitlog offset "
+                          f"{rewrite.from_offset}: {superseded.num_rows} loaded record(s) "
+                          f"superseded (incarnation {rewrite.incarnation})")
+        # The rewrite's row first: a load killed after it finishes this same rewrite.
+        for write in self.append_small(T.HISTORY_REWRITES, rows).values():
+            write()
+        if rewrite is None:
+            return marks
+        for write in self.append_small(T.SUPERSEDED_MESSAGES, superseded).values():
+            write()
+        moved = rewrites.marks_after(self.registry, self.broker, marks, rewrite,
+                                     self.snapshot_id)
+        self.registry.replace_rows(T.LOAD_STATE, mark_rows(moved), broker=self.broker)
+        return moved
 
     def decode_into(self, table: str, kind_label: str, tasks: list[Task],
                     context: DecodeContext) -> TableResult:
@@ -405,9 +448,7 @@ class SnapshotLoad:
             if report.get("next_entry") is not None:
                 advance((INDEX, None, None, Path(report["rel_path"]).name),
                         report["next_entry"])
-        return [(m.broker, m.stream, m.topic, m.queue_id, m.file, m.loaded_until,
-                 m.snapshot_id, m.last_record_offset, m.last_record_crc)
-                for m in sorted(marks.values(), key=lambda m: tuple(map(str, m.key)))]
+        return mark_rows(marks.values())
 
     def write_load_runs(self) -> None:
         version = rmqlib_version()
@@ -441,7 +482,7 @@ class SnapshotLoad:
         with ThreadPoolExecutor(max_workers=4) as pool:
             # Per-snapshot state needs no decoding: it is written while the executors decode.
             pending = self.start_writes(pool, self.state_writes())
-            old_marks = self.marks()
+            old_marks = self.settle_history(self.marks())
             plan = self.plan(old_marks)
             self.progress(f"planned {len(plan.tasks)} task(s): {len(plan.commitlog_tasks)} "
                           f"commitlog, {len(plan.queue_tasks)} queue, {len(plan.index_tasks)} "
@@ -480,6 +521,13 @@ class SnapshotLoad:
     def finish(self) -> LoadSummary:
         self.summary.seconds = time.monotonic() - self.clock
         return self.summary
+
+
+def mark_rows(marks: Iterable[HighWaterMark]) -> list[tuple]:
+    """``load_state`` rows of the marks, in key order."""
+    return [(m.broker, m.stream, m.topic, m.queue_id, m.file, m.loaded_until,
+             m.snapshot_id, m.last_record_offset, m.last_record_crc)
+            for m in sorted(marks, key=lambda m: tuple(map(str, m.key)))]
 
 
 def load_snapshot(spark: SparkSession | SparkOnDemand, broker: str, snapshot_id: str,

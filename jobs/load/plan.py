@@ -7,8 +7,9 @@ files, compares them with those marks and returns byte-range tasks for what is p
 them. It reads only file names, sizes and index-file headers; decoding is the executors'.
 
 Planning also finds what cannot be loaded: bytes deleted by broker retention before any
-load saw them (*retention gaps*), and a store that went backwards (a reset store or a
-different broker under the same name), which is refused.
+load saw them (*retention gaps*). A store that no longer holds what was loaded (rewritten,
+truncated or reset) is settled before planning (:mod:`jobs.load.rewrites`): the marks
+planning gets are already moved back.
 """
 
 from __future__ import annotations
@@ -26,10 +27,9 @@ from jobs.load.decode_tasks import (
     ROCKSDB_CQ,
     Task,
 )
-from rmqlib.commitlog.records import read_record_at, split_ranges
+from rmqlib.commitlog.records import split_ranges
 from rmqlib.common.fileio import has_nonzero_after
 from rmqlib.common.segments import Segment, list_segments
-from rmqlib.errors import StoreError
 from rmqlib.indexfile import list_index_files
 from rmqlib.queues.batchconsumequeue import BCQ_UNIT_SIZE
 from rmqlib.queues.consumequeue import CQ_UNIT_SIZE, QueueDir, walk_queue_tree
@@ -42,10 +42,6 @@ OTHER_STREAM = "other"  # quarantine stream of a file outside the known streams
 DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
 DEFAULT_QUEUE_SPLIT_BYTES = 6_000_000  # one default-size consume-queue file
 UNIT_SIZES = {CONSUMEQUEUE: CQ_UNIT_SIZE, BATCHCONSUMEQUEUE: BCQ_UNIT_SIZE}
-
-
-class StoreWentBackwardsError(RuntimeError):
-    """The snapshot holds less than was already loaded for this broker: refused."""
 
 
 @dataclass(frozen=True)
@@ -160,8 +156,6 @@ def _plan_commitlog(plan: LoadPlan, mark: HighWaterMark | None, split_bytes: int
         return
     plan.commitlog_min_offset = segments[0].start
     plan.commitlog_tail_file = _rel(plan.store, _written_segment(segments, kind).path)
-    if mark is not None:
-        _check_not_backwards(plan.store, directory, segments, mark)
     start_from = hwm or 0
     if segments[0].start > start_from:
         plan.gaps.append(RetentionGap(COMMITLOG, None, None, start_from, segments[0].start))
@@ -205,34 +199,6 @@ def _written_segment(segments: list[Segment], kind: str) -> Segment:
         if seg.size >= head and has_nonzero_after(seg.path, 0, stop=head):
             return seg
     return segments[-1]
-
-
-def _check_not_backwards(store: Path, directory: Path, segments: list[Segment],
-                         mark: HighWaterMark) -> None:
-    """Refuse a store that ends below the mark or no longer holds the last loaded record."""
-    store_end = segments[-1].start + segments[-1].size
-    loaded = (f"broker {mark.broker!r} was loaded up to commitlog offset {mark.loaded_until} "
-              f"(snapshot {mark.snapshot_id!r})")
-    if store_end < mark.loaded_until:
-        raise StoreWentBackwardsError(
-            f"{store}: the commitlog ends at offset {store_end} but {loaded}: a reset store "
-            "or a different broker; refusing to merge it into the loaded history")
-    offset = mark.last_record_offset
-    if offset is None or not any(s.start <= offset < s.start + s.size for s in segments):
-        return  # the last loaded record's file was deleted by retention: nothing to compare
-    try:
-        # A record is found at its PHYSICALOFFSET in a DLedger data file too (inside its
-        # entry), so one reader serves both logs.
-        record = read_record_at([directory], offset, verify_crc=False)
-        same = record.body_crc == mark.last_record_crc
-        found = f"a record with BODYCRC {record.body_crc}"
-    except StoreError as error:
-        same, found = False, f"no valid record ({error.reason})"
-    if not same:
-        raise StoreWentBackwardsError(
-            f"{store}: at commitlog offset {offset}, where the last loaded record (BODYCRC "
-            f"{mark.last_record_crc}) was, this snapshot has {found}; {loaded}: a reset "
-            "store or a different broker; refusing to merge it into the loaded history")
 
 
 # --------------------------------------------------------------------------- queues

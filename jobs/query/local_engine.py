@@ -23,7 +23,13 @@ from deltalake import DeltaTable, QueryBuilder
 from deltalake.exceptions import DeltaError
 
 from jobs.lakehouse import tables as T
-from jobs.lakehouse.driver_rows import exists
+from jobs.lakehouse.driver_rows import exists, read_rows
+from jobs.lakehouse.history import (
+    ALL_ROWS_SUFFIX,
+    HISTORY_KINDS,
+    OFFSET_COLUMNS,
+    current_rows_sql,
+)
 from jobs.lakehouse.tables import table_location
 from jobs.query.engine import Column, SqlError
 from jobs.query.lookup import saved_statement
@@ -121,9 +127,34 @@ class LocalEngine:
         builder.execute(f"CREATE SCHEMA {T.DATABASE}").read_all()
         for option, value in settings.items():
             builder.execute(f"SET {option} = {value}").read_all()
-        for table in sorted(tables):
-            builder.register(f"{T.DATABASE}.{table}", self._delta_table(table))
+        current = self._current_views(tables)
+        for table in sorted(tables - set(current)):
+            raw = _all_rows_of(table)
+            if raw is not None:  # rmq.messages_all: every row, superseded ones included
+                builder.register(f"{T.DATABASE}.{table}", self._delta_table(raw))
+            else:
+                builder.register(f"{T.DATABASE}.{table}", self._delta_table(table))
+        if current and T.HISTORY_REWRITES not in tables:
+            builder.register(f"{T.DATABASE}.{T.HISTORY_REWRITES}",
+                             self._delta_table(T.HISTORY_REWRITES))
+        for table, view in current.items():
+            if f"{table}{ALL_ROWS_SUFFIX}" not in tables:
+                builder.register(f"{T.DATABASE}.{table}{ALL_ROWS_SUFFIX}",
+                                 self._delta_table(table))
+            builder.execute(f"CREATE VIEW {T.DATABASE}.{table} AS {view}").read_all()
         return builder
+
+    def _current_views(self, tables: set[str]) -> dict[str, str]:
+        """The views of the fact tables ``tables`` names that must leave superseded rows
+        out (jobs.lakehouse.history): none while no broker's history was ever rewritten,
+        so a query then reads the tables exactly as they are."""
+        facts = sorted(t for t in tables if t in OFFSET_COLUMNS)
+        location = table_location(self.warehouse, T.HISTORY_REWRITES)
+        if not facts or not exists(location) or not any(
+                row["kind"] in HISTORY_KINDS for row in read_rows(location)):
+            return {}
+        return {t: current_rows_sql(t, f"{T.DATABASE}.{t}{ALL_ROWS_SUFFIX}",
+                                    f"{T.DATABASE}.{T.HISTORY_REWRITES}") for t in facts}
 
     def _delta_table(self, table: str) -> DeltaTable:
         location = table_location(self.warehouse, table)
@@ -131,6 +162,12 @@ class LocalEngine:
             known = ", ".join(self.tables()) or "none yet"
             raise SqlError(f"no table rmq.{table} in {self.warehouse} (tables: {known})")
         return DeltaTable(str(location))
+
+
+def _all_rows_of(name: str) -> str | None:
+    """The fact table ``rmq.<table>_all`` stands for (every row), None for other names."""
+    base = name.removesuffix(ALL_ROWS_SUFFIX)
+    return base if base != name and base in OFFSET_COLUMNS else None
 
 
 def _type_name(data_type: object) -> str:
