@@ -104,7 +104,11 @@ POP_KV_VARIANT = "v5-pop-kv"
 FAILOVER_VARIANT = "v5-failover"
 RESYNC_VARIANT = "v5-resync"
 REPROVISIONED_VARIANT = "v5-reprovisioned"
-CHANGING_VARIANTS = (FAILOVER_VARIANT, RESYNC_VARIANT, REPROVISIONED_VARIANT)
+#: ... and a DLedger group of three whose old leader, back as a follower, truncates the entries
+#: it appended but could not commit (``v5-dledger-truncated``).
+DLEDGER_TRUNCATED_VARIANT = "v5-dledger-truncated"
+CHANGING_VARIANTS = (FAILOVER_VARIANT, RESYNC_VARIANT, REPROVISIONED_VARIANT,
+                     DLEDGER_TRUNCATED_VARIANT)
 EXTRA_VARIANTS: tuple[str, ...] = (GROWING_VARIANT, FEATURES_VARIANT, CLUSTER_VARIANT,
                                    DLEDGER_VARIANT, *ROCKSDB_VARIANTS, DLEDGER4_VARIANT,
                                    COMPACTION_VARIANT, CONTROLLER_VARIANT, POP_VARIANT,
