@@ -57,12 +57,14 @@ controller_store = _load_harness_fixtures().controller_store
 # The v5-pop variant dir (pop consumers' checkpoints, acks, in-flight messages), built on
 # first use.
 pop_store = _load_harness_fixtures().pop_store
-# Stores that changed under their readers (v5-failover, v5-resync, v5-reprovisioned: store copies
-# in time order), built on first use; changing_store runs a test once per variant.
+# Stores that changed under their readers (v5-failover, v5-resync, v5-reprovisioned,
+# v5-dledger-truncated: store copies in time order), built on first use; changing_store runs
+# a test once per variant.
 changing_store = _load_harness_fixtures().changing_store
 failover_store = _load_harness_fixtures().failover_store
 resync_store = _load_harness_fixtures().resync_store
 reprovisioned_store = _load_harness_fixtures().reprovisioned_store
+dledger_truncated_store = _load_harness_fixtures().dledger_truncated_store
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,5 @@
-"""Stores that change under a reader: the ``v5-failover``, ``v5-resync`` and ``v5-reprovisioned``
-real-broker variants (tests/broker_harness, ``ChangingWorkload.java``).
+"""Stores that change under a reader: the ``v5-failover``, ``v5-resync``, ``v5-reprovisioned`` and
+``v5-dledger-truncated`` real-broker variants (tests/broker_harness, ``ChangingWorkload.java``).
 
 Each variant keeps copies of its brokers' store roots in time order
 (``copies/<node>/<NN-phase>/store``) and, in ``truth/copies.json``, the broker's own reading of
@@ -7,7 +7,7 @@ each copy's commitlog at that moment: every record from ``commitLogMinOffset`` t
 ``commitLogMaxOffset`` read back by offset through the admin API. The tests hold rmqlib's scan
 of every copy to that reading, then check what changed between copies: acked messages
 truncated away after a failover, a rebuilt slave behind its first life, one broker name with
-two unrelated commitlogs.
+two unrelated commitlogs, a DLedger follower truncating what its new leader does not have.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from rmqlib.commitlog.records import scan_store
+from rmqlib.dledger.records import scan_dledger
 from rmqlib.store.commitlog_source import commitlog_source
 
 pytestmark = pytest.mark.broker
@@ -41,13 +42,20 @@ def copies(variant_dir: Path) -> dict[str, dict]:
 @cache
 def scanned(store: Path) -> tuple[dict[int, tuple[str | None, str, str | None]], int | None, int]:
     """{offset: (UNIQ_KEY, topic, KEYS)} of every record rmqlib finds in a copy, its logical
-    end and the start of its first commitlog file."""
-    directory = commitlog_source(store).directory
-    scan = scan_store(directory)
+    end (DLedger: the end of the last entry) and the start of its first commitlog file."""
+    source = commitlog_source(store)
+    first = min(int(p.name) for p in source.directory.iterdir() if p.name.isdigit())
+    if source.dledger:
+        pairs = list(scan_dledger(source.directory))
+        end = max(entry.pos + entry.size for entry, _ in pairs)
+        found = [record for _, record in pairs]
+    else:
+        scan = scan_store(source.directory)
+        found = list(scan)
+        end = scan.logical_end
     records = {r.physical_offset: (r.properties.get("UNIQ_KEY"), r.topic, r.properties.get("KEYS"))
-               for r in scan}
-    first = min(int(p.name) for p in directory.iterdir() if p.name.isdigit())
-    return records, scan.logical_end, first
+               for r in found}
+    return records, end, first
 
 
 def read_copy(variant_dir: Path, copy: dict):  # type: ignore[no-untyped-def]
@@ -61,16 +69,24 @@ def expected(copy: dict) -> dict[int, tuple[str | None, str, str | None]]:
 def test_every_copy_holds_what_its_broker_read_back(changing_store: Path) -> None:
     """For every copy: exactly the records (offset, msgId, topic, keys) the broker served from
     that store, ending where its last complete record ended; a copy taken mid-record (the
-    rebuilt slave) has the broker's max offset past that end."""
+    rebuilt slave) has the broker's max offset past that end. A DLedger broker serves up to
+    its committed position: what lies past it are entries of sends that were not acked."""
     all_copies = copies(changing_store)
     assert all_copies and [c["seq"] for c in all_copies.values()] == list(
         range(1, len(all_copies) + 1))
+    unacked = {s["msgId"] for s in sends(changing_store) if not s["acked"]}
     for key, copy in all_copies.items():
-        records, logical_end, first = read_copy(changing_store, copy)
+        found, logical_end, first = read_copy(changing_store, copy)
+        records = {o: r for o, r in found.items() if o < copy["maxOffset"]}
+        beyond = {o: r for o, r in found.items() if o >= copy["maxOffset"]}
         assert records == expected(copy), key
         assert copy["recordCount"] == len(records) > 0, key
+        assert first == copy["minOffset"] <= min(records), key
+        if beyond:
+            assert changing_store.name == "v5-dledger-truncated", key
+            assert {r[0] for r in beyond.values()} <= unacked, key
+            continue
         assert logical_end == copy["lastRecordEnd"], key
-        assert first == copy["minOffset"] == min(records), key
         if copy["partialRecordAt"] is None:
             assert copy["maxOffset"] == copy["lastRecordEnd"], key
         else:
@@ -178,3 +194,37 @@ def test_one_broker_name_two_unrelated_commitlogs(reprovisioned_store: Path) -> 
     phases = {s["msgId"]: s["phase"] for s in sends(reprovisioned_store)}
     assert {phases[r[0]] for r in life1.values()} == {"P1"}
     assert {phases[r[0]] for r in more.values()} == {"P2", "P3"}
+
+
+# --------------------------------------------------------------------------- v5-dledger-truncated
+
+
+def test_the_old_dledger_leader_truncated_its_uncommitted_entries(dledger_truncated_store: Path
+                                                                  ) -> None:
+    """D3 was appended by the leader alone (followers dead), its sends failed, the leader was
+    killed: its data files hold D3 past its committed position. The new leader's term wrote D4
+    at the same positions; the old leader, back as a follower, truncated D3 and holds D4. D2's
+    sends failed too, but its entries reached the frozen followers and were committed."""
+    all_copies = copies(dledger_truncated_store)
+    story = truth(dledger_truncated_store, "dledger-truncated.json")
+    old, new = story["firstLeader"], story["secondLeader"]  # whichever won the elections
+    assert old != new
+    phase_ids = {p: {s["msgId"] for s in sends(dledger_truncated_store) if s["phase"] == p}
+                 for p in ("D1", "D2", "D3", "D4")}
+    down = all_copies[f"{old}/05-old-leader-down"]
+    found, end, _ = read_copy(dledger_truncated_store, down)
+    tail = {o: r[0] for o, r in found.items() if o >= down["maxOffset"]}
+    assert set(tail.values()) == phase_ids["D3"] and end > down["maxOffset"]
+    rejoined_copy = next(c for c in all_copies.values()
+                         if c["node"] == old and c["phase"] == "rejoined")
+    rejoined, _, _ = read_copy(dledger_truncated_store, rejoined_copy)
+    ids = {r[0] for r in rejoined.values()}
+    assert not ids & phase_ids["D3"]
+    assert ids == phase_ids["D1"] | phase_ids["D2"] | phase_ids["D4"]
+    d4 = {o for o, r in rejoined.items() if r[0] in phase_ids["D4"]}
+    assert min(d4) == min(tail)  # D4 starts where D3 did (one entry header in)
+    new_leader, _, _ = read_copy(dledger_truncated_store, all_copies[f"{new}/06-new-leader-d4"])
+    assert rejoined == new_leader
+    assert any("TRUNCATE" in line for line in story["oldLeaderTruncationLog"])
+    assert story["fate"]["goneAckedMsgIds"] == []
+    assert set(story["fate"]["storedUnackedMsgIds"]) == phase_ids["D2"]

@@ -166,10 +166,12 @@ def changing_store(request: pytest.FixtureRequest) -> Path:
     """A store that changed under its readers, each test once per variant: ``v5-failover``
     (a controller-mode pair: the old master's acked M2 truncated away after an unclean
     failover), ``v5-resync`` (a classic slave rebuilt from an empty store, copied while
-    behind) and ``v5-reprovisioned`` (one broker name on a new, empty store). No ``store/``:
+    behind), ``v5-reprovisioned`` (one broker name on a new, empty store) and
+    ``v5-dledger-truncated`` (a DLedger group of three: the old leader truncates its
+    uncommitted entries when it rejoins as a follower). No ``store/``:
     ``copies/<node>/<NN-phase>/store`` in time order and ``truth/`` (sends.jsonl, copies.json
     with the broker's own reading of each copy's commitlog, events.jsonl, <scenario>.json).
-    Generated on first use (~40-70 s each)."""
+    Generated on first use (~40-110 s each)."""
     return _variant(request.param)
 
 
@@ -189,3 +191,9 @@ def resync_store() -> Path:
 def reprovisioned_store() -> Path:
     """The ``v5-reprovisioned`` variant dir alone (see ``changing_store``)."""
     return _variant(stores.REPROVISIONED_VARIANT)
+
+
+@pytest.fixture(scope="session")
+def dledger_truncated_store() -> Path:
+    """The ``v5-dledger-truncated`` variant dir alone (see ``changing_store``)."""
+    return _variant(stores.DLEDGER_TRUNCATED_VARIANT)
