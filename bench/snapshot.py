@@ -18,6 +18,12 @@ from the broker are what would cross SSH for a remote broker.
 
 Usage: python bench/snapshot.py [--segments 4] [--night1 0.5] [--night2 0.6] [--repeat 2]
 Results: printed, and .cache/bench/snapshot_results.json. See bench/README.md.
+
+``--series N --baseline-ref REF``: the cost of confirming reused bytes against the broker.
+N nights of bench/growing_broker.py's store (1 MiB commitlog files, twelve queues of
+6,000-byte files, retention of three nights), each snapshotted side by side by the copier
+of git ref REF (the baseline, before confirmation) and by this checkout's, alternating
+which goes first; bytes read from the broker and seconds per night, and their ratios.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import os
 import shutil
 import sys
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,13 +88,74 @@ def one_round(night1: Path, night2: Path, work: Path) -> dict[str, dict[str, flo
     return {"full": full, "incremental": incremental, "unchanged": unchanged}
 
 
+def baseline_copier(ref: str):  # type: ignore[no-untyped-def]
+    """``take_snapshot`` of the copier module as it was at git ref ``ref``."""
+    import importlib.util
+    import subprocess
+
+    source = subprocess.run(["git", "show", f"{ref}:jobs/snapshot/copier.py"], cwd=ROOT,
+                            check=True, capture_output=True, text=True).stdout
+    path = BENCH / "snapshot" / f"copier_{ref}.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(f"copier_{ref}", path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module.take_snapshot
+
+
+def series(nights: int, ref: str, per_night: int) -> None:
+    """Side by side, night after night: the baseline copier and this one."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from growing_broker import GrowingBroker
+
+    work = BENCH / "snapshot" / "series"
+    shutil.rmtree(work, ignore_errors=True)
+    broker = GrowingBroker(work / "broker", per_night)
+    copiers = {"baseline": baseline_copier(ref), "confirmed": take_snapshot}
+    rows = []
+    for night in range(1, nights + 1):
+        broker.grow()
+        snapshot_id = (datetime(2026, 1, 1) + timedelta(days=night)).strftime("%Y-%m-%dT0200Z")
+        order = list(copiers) if night % 2 else list(reversed(copiers))
+        row: dict[str, float] = {"night": night}
+        for name in order:
+            started = time.perf_counter()
+            manifest = copiers[name](LocalSource(broker.store), work / name, "bench",
+                                     snapshot_id, progress=lambda _message: None)
+            row[f"{name}_s"] = time.perf_counter() - started
+            row[f"{name}_bytes"] = manifest.from_broker
+            row["files"] = len(manifest.files)
+        rows.append(row)
+        print(f"night {night:>3}: {row['files']:>4} files; from the broker "
+              f"{row['baseline_bytes'] / MIB:7.2f} -> {row['confirmed_bytes'] / MIB:7.2f} MiB; "
+              f"{row['baseline_s']:.3f} -> {row['confirmed_s']:.3f} s")
+    later = rows[1:]  # night 1 has no earlier snapshot: both copy everything
+    total = {k: sum(r[k] for r in later) for k in later[0] if k != "night"}
+    print(f"nights 2-{nights}: bytes from the broker {total['confirmed_bytes'] / MIB:.2f} / "
+          f"{total['baseline_bytes'] / MIB:.2f} MiB = "
+          f"{total['confirmed_bytes'] / total['baseline_bytes']:.3f}x; seconds "
+          f"{total['confirmed_s']:.2f} / {total['baseline_s']:.2f} = "
+          f"{total['confirmed_s'] / total['baseline_s']:.2f}x")
+    out = BENCH / "snapshot_series_results.json"
+    out.write_text(json.dumps({"ref": ref, "per_night": per_night, "rows": rows,
+                               "cpu_count": os.cpu_count()}, indent=1))
+    print(f"results: {out}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--series", type=int, default=0)
+    parser.add_argument("--baseline-ref", default="507fdb6")
+    parser.add_argument("--per-night", type=int, default=20_000)
     parser.add_argument("--segments", type=int, default=4)
     parser.add_argument("--night1", type=float, default=0.5)
     parser.add_argument("--night2", type=float, default=0.6)
     parser.add_argument("--repeat", type=int, default=2)
     args = parser.parse_args()
+    if args.series:
+        series(args.series, args.baseline_ref, args.per_night)
+        return
     if not STORE.is_dir():
         sys.exit(f"{STORE} missing: run `python bench/reconcile.py` first (it prepares it)")
     work = BENCH / "snapshot"

@@ -46,7 +46,7 @@ def superseded_mask(table: pa.Table, rewrites: list[dict], offset_column: str) -
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    mask = pa.array([False] * table.num_rows)
+    mask = pa.array([False] * table.num_rows, pa.bool_())
     for rewrite in rewrites:
         if rewrite["kind"] not in HISTORY_KINDS:
             continue

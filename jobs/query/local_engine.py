@@ -23,7 +23,7 @@ from deltalake import DeltaTable, QueryBuilder
 from deltalake.exceptions import DeltaError
 
 from jobs.lakehouse import tables as T
-from jobs.lakehouse.driver_rows import exists, read_rows
+from jobs.lakehouse.driver_rows import exists
 from jobs.lakehouse.history import (
     ALL_ROWS_SUFFIX,
     HISTORY_KINDS,
@@ -149,12 +149,21 @@ class LocalEngine:
         out (jobs.lakehouse.history): none while no broker's history was ever rewritten,
         so a query then reads the tables exactly as they are."""
         facts = sorted(t for t in tables if t in OFFSET_COLUMNS)
-        location = table_location(self.warehouse, T.HISTORY_REWRITES)
-        if not facts or not exists(location) or not any(
-                row["kind"] in HISTORY_KINDS for row in read_rows(location)):
+        if not facts or not self._history_rewritten():
             return {}
         return {t: current_rows_sql(t, f"{T.DATABASE}.{t}{ALL_ROWS_SUFFIX}",
                                     f"{T.DATABASE}.{T.HISTORY_REWRITES}") for t in facts}
+
+    def _history_rewritten(self) -> bool:
+        """Whether any broker's history was ever rewritten (a few ms: DataFusion over the
+        tiny history_rewrites table, no pandas)."""
+        location = table_location(self.warehouse, T.HISTORY_REWRITES)
+        if not exists(location):
+            return False
+        kinds = ", ".join(f"'{kind}'" for kind in HISTORY_KINDS)
+        probe = QueryBuilder().register("rewrites", DeltaTable(str(location))).execute(
+            f"SELECT count(*) AS n FROM rewrites WHERE kind IN ({kinds})")
+        return pa.RecordBatchReader.from_stream(probe).read_all().column(0)[0].as_py() > 0
 
     def _delta_table(self, table: str) -> DeltaTable:
         location = table_location(self.warehouse, table)
