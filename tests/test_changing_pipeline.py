@@ -205,3 +205,10 @@ def test_a_dledger_leader_truncated_as_a_follower_is_loaded_as_it_is_now(
     superseded = rows(nights.warehouse, T.SUPERSEDED_MESSAGES, broker="broker-d")
     assert {(r["physical_offset"], r["msg_id"]) for r in superseded} == gone
     assert rewrite["from_offset"] == min(offset for offset, _ in gone)
+    # the superseded entries were never committed: no producer was told they were stored
+    # (the truth: every acked send is still in the cluster), so none is reported lost
+    fate = json.loads((dledger_truncated_store / "truth" / "dledger-truncated.json")
+                      .read_text())["fate"]
+    assert fate["goneAckedMsgIds"] == []
+    assert {r["acknowledged"] for r in superseded} == {False}
+    assert "messages_lost_in_rewrite" not in nights.findings(snapshot_id)

@@ -669,14 +669,15 @@ CHECKS: tuple[Check, ...] = (
         FROM rc_superseded f
         CROSS JOIN (SELECT kind, from_offset FROM rc_rewrites
                     WHERE kind IN ('truncated', 'rewritten')) w
-        WHERE f.inner_index = 0 AND (f.msg_id IS NULL
+        WHERE f.inner_index = 0 AND coalesce(f.acknowledged, true) AND (f.msg_id IS NULL
               OR NOT EXISTS (SELECT 1 FROM rc_msg m WHERE m.uniq_key = f.msg_id))
         HAVING count(*) > 0""",
         (
           "messages the broker had stored (and may have acknowledged to their producers) are "
           "gone from its store after a truncation (a failover's, or a power loss's), and no "
           "record of this broker's history now carries their msgId: the rows are kept in "
-          "superseded_messages; physical offsets listed"
+          "superseded_messages (a DLedger entry its ledger never committed is left out: no "
+          "producer was answered for it); physical offsets listed"
         )),
     Check("file_rewritten", "docs/nightly-dag.md", """
         SELECT '{name}' AS check_name, 'info' AS severity, concat('file=', f.file) AS scope,

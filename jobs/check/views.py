@@ -186,7 +186,7 @@ def create_views(engine: CheckEngine, scope: SnapshotScope) -> None:
         "rc_rewrites": f"""
             SELECT * FROM rc_all_history_rewrites WHERE broker = {b} AND snapshot_id = {s}""",
         "rc_superseded": f"""
-            SELECT broker, physical_offset, inner_index, msg_id, topic
+            SELECT broker, physical_offset, inner_index, msg_id, topic, acknowledged
             FROM rc_all_superseded_messages
             WHERE broker = {b} AND superseded_in_snapshot_id = {s}""",
     }

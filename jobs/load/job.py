@@ -237,7 +237,7 @@ class SnapshotLoad:
                 rewrite = rewrites.find_rewrite(self.registry, self.broker, self.store,
                                                 mark, self.snapshot_id)
         superseded = (rewrites.superseded_message_rows(self.registry, self.broker,
-                                                       self.snapshot_id, rewrite)
+                                                       self.snapshot_id, rewrite, self.store)
                       if rewrite is not None else None)
         rows = rewrites.file_rows(self.broker, self.snapshot_id, self.store,
                                   rewrites.current_incarnation(self.registry, self.broker))

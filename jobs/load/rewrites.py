@@ -49,7 +49,7 @@ from jobs.snapshot.manifest import MANIFEST, Manifest
 from rmqlib.commitlog.records import CommitLogRecord, read_record_at
 from rmqlib.common.segments import list_segments
 from rmqlib.errors import StoreError
-from rmqlib.store.commitlog_source import commitlog_source
+from rmqlib.store.commitlog_source import commitlog_source, committed_end
 
 TRUNCATED, REWRITTEN, RESET, FILE = "truncated", "rewritten", "reset", "file"
 
@@ -267,8 +267,10 @@ SUPERSEDED_COLUMNS = ("broker", "physical_offset", "inner_index", "first_snapsho
 
 
 def superseded_message_rows(registry: Registry, broker: str, snapshot_id: str,
-                            rewrite: Rewrite) -> pa.Table:
-    """The message rows ``rewrite`` supersedes, as ``superseded_messages`` rows."""
+                            rewrite: Rewrite, store: Path) -> pa.Table:
+    """The message rows ``rewrite`` supersedes, as ``superseded_messages`` rows; those a
+    DLedger broker had not committed when they were last loaded are marked
+    ``acknowledged`` false (from that snapshot's ledger checkpoint, when it is kept)."""
     location = registry[T.MESSAGES].location
     where = f"broker = {sql_text(broker)} AND physical_offset >= {int(rewrite.from_offset)}"
     table = arrow_dataset(location, files_where=where).to_table(
@@ -279,8 +281,20 @@ def superseded_message_rows(registry: Registry, broker: str, snapshot_id: str,
     # rows an earlier rewrite already superseded are not superseded again
     earlier = rewrites_of(registry, broker, before=snapshot_id)
     table = table.filter(pc.invert(superseded_mask(table, earlier, "physical_offset")))
-    return table.append_column("superseded_in_snapshot_id",
-                               pa.array([snapshot_id] * table.num_rows, pa.string()))
+    committed = _committed_end_at(store, rewrite.previous_snapshot_id)
+    acknowledged = (pa.nulls(table.num_rows, pa.bool_()) if committed is None else
+                    pc.if_else(pc.greater_equal(table.column("physical_offset"), committed),
+                               False, pa.scalar(None, pa.bool_())))
+    return (table.append_column("superseded_in_snapshot_id",
+                                pa.array([snapshot_id] * table.num_rows, pa.string()))
+            .append_column("acknowledged", acknowledged))
+
+
+def _committed_end_at(store: Path, snapshot_id: str) -> int | None:
+    """The DLedger committed end of the broker's snapshot ``snapshot_id`` (a sibling of
+    ``store``'s snapshot), None when it is not a DLedger store or no longer kept."""
+    earlier = store.parent.parent / snapshot_id / store.name
+    return committed_end(earlier) if earlier.is_dir() else None
 
 
 def marks_after(registry: Registry, broker: str, marks: list[HighWaterMark],

@@ -16,8 +16,9 @@ from pathlib import Path
 from rmqlib.commitlog.records import CommitLogRecord, scan_store
 from rmqlib.common.segments import list_segments
 from rmqlib.dledger import layout as DL
+from rmqlib.dledger.index import read_properties, read_units_for
 from rmqlib.dledger.records import dledger_dirs, scan_dledger
-from rmqlib.errors import UnsupportedFormatError
+from rmqlib.errors import StoreError, UnsupportedFormatError
 
 COMMITLOG = "commitlog"
 DLEDGER = "dledger"
@@ -52,6 +53,24 @@ def commitlog_source(store: str | Path) -> CommitlogSource:
     old = root / COMMITLOG
     return CommitlogSource(DLEDGER, logs[0] / DL.DATA_DIR,
                            old if old.is_dir() and list_segments(old) else None)
+
+
+def committed_end(store: str | Path) -> int | None:
+    """Where a DLedger log's committed entries end, as a commitlog offset (the data file
+    position after the entry of ``checkpoint``'s ``committedIndex``): entries past it were
+    appended by a leader its followers never confirmed, so no producer was answered for
+    them (a DLedger broker acknowledges a send once a quorum holds it). None for a
+    commitlog/ store, or when the checkpoint or its index unit cannot be read."""
+    source = commitlog_source(store)
+    if not source.dledger:
+        return None
+    log = source.directory.parent
+    try:
+        committed = int(read_properties(log / DL.CHECKPOINT_FILE)["committedIndex"])
+        (unit,) = read_units_for(log / DL.INDEX_DIR, committed, committed)
+    except (OSError, KeyError, ValueError, StoreError):
+        return None
+    return unit.pos + unit.size if unit.written and unit.entry_index == committed else None
 
 
 def every_record(store: str | Path) -> Iterator[CommitLogRecord]:
