@@ -104,8 +104,33 @@ def baseline_copier(ref: str):  # type: ignore[no-untyped-def]
     return module.take_snapshot
 
 
-def series(nights: int, ref: str, per_night: int) -> None:
-    """Side by side, night after night: the baseline copier and this one."""
+def timed_load(code_root: Path, warehouse: Path, store: Path, snapshot_id: str) -> float:
+    """Seconds the load of ``store`` took (its own summary's: the command's start-up not
+    counted), run by the code at ``code_root`` in a process of its own."""
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-m", "jobs", "--warehouse", str(warehouse), "load", "--broker",
+         "bench", "--snapshot-id", snapshot_id, "--engine", "local", "--quiet", "--json",
+         str(store)], cwd=code_root, env={**os.environ, "PYTHONPATH": str(code_root)},
+        check=True, capture_output=True, text=True)
+    return float(json.loads(done.stdout)["seconds"])
+
+
+def baseline_checkout(ref: str) -> Path:
+    """A git worktree of ``ref`` under .cache/bench (made once)."""
+    import subprocess
+
+    path = BENCH / "snapshot" / f"worktree-{ref}"
+    if not path.is_dir():
+        subprocess.run(["git", "worktree", "add", "--detach", str(path), ref], cwd=ROOT,
+                       check=True, capture_output=True)
+    return path
+
+
+def series(nights: int, ref: str, per_night: int, with_load: bool) -> None:
+    """Side by side, night after night: the baseline copier and this one (and, with
+    ``with_load``, the load of each night's snapshot by the baseline's code and this)."""
     sys.path.insert(0, str(ROOT / "bench"))
     from growing_broker import GrowingBroker
 
@@ -126,10 +151,17 @@ def series(nights: int, ref: str, per_night: int) -> None:
             row[f"{name}_s"] = time.perf_counter() - started
             row[f"{name}_bytes"] = manifest.from_broker
             row["files"] = len(manifest.files)
+            if with_load:
+                code = ROOT if name == "confirmed" else baseline_checkout(ref)
+                row[f"{name}_load_s"] = timed_load(
+                    code, work / f"{name}-warehouse",
+                    work / name / "bench" / snapshot_id / "store", snapshot_id)
         rows.append(row)
         print(f"night {night:>3}: {row['files']:>4} files; from the broker "
               f"{row['baseline_bytes'] / MIB:7.2f} -> {row['confirmed_bytes'] / MIB:7.2f} MiB; "
-              f"{row['baseline_s']:.3f} -> {row['confirmed_s']:.3f} s")
+              f"{row['baseline_s']:.3f} -> {row['confirmed_s']:.3f} s"
+              + (f"; load {row['baseline_load_s']:.2f} -> {row['confirmed_load_s']:.2f} s"
+                 if with_load else ""))
     later = rows[1:]  # night 1 has no earlier snapshot: both copy everything
     total = {k: sum(r[k] for r in later) for k in later[0] if k != "night"}
     print(f"nights 2-{nights}: bytes from the broker {total['confirmed_bytes'] / MIB:.2f} / "
@@ -137,6 +169,13 @@ def series(nights: int, ref: str, per_night: int) -> None:
           f"{total['confirmed_bytes'] / total['baseline_bytes']:.3f}x; seconds "
           f"{total['confirmed_s']:.2f} / {total['baseline_s']:.2f} = "
           f"{total['confirmed_s'] / total['baseline_s']:.2f}x")
+    if with_load:
+        import statistics
+
+        base = statistics.median(r["baseline_load_s"] for r in later)
+        mine = statistics.median(r["confirmed_load_s"] for r in later)
+        print(f"load seconds per night (median of nights 2-{nights}): {base:.2f} -> "
+              f"{mine:.2f} = {mine / base:.2f}x")
     out = BENCH / "snapshot_series_results.json"
     out.write_text(json.dumps({"ref": ref, "per_night": per_night, "rows": rows,
                                "cpu_count": os.cpu_count()}, indent=1))
@@ -148,13 +187,15 @@ def main() -> None:
     parser.add_argument("--series", type=int, default=0)
     parser.add_argument("--baseline-ref", default="507fdb6")
     parser.add_argument("--per-night", type=int, default=20_000)
+    parser.add_argument("--with-load", action="store_true",
+                        help="also load each night's snapshots, baseline code and this")
     parser.add_argument("--segments", type=int, default=4)
     parser.add_argument("--night1", type=float, default=0.5)
     parser.add_argument("--night2", type=float, default=0.6)
     parser.add_argument("--repeat", type=int, default=2)
     args = parser.parse_args()
     if args.series:
-        series(args.series, args.baseline_ref, args.per_night)
+        series(args.series, args.baseline_ref, args.per_night, args.with_load)
         return
     if not STORE.is_dir():
         sys.exit(f"{STORE} missing: run `python bench/reconcile.py` first (it prepares it)")

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import rmq_encoder as E
 import store_encoders as S
+from hypothesis import strategies as st
 
 TOPICS = ("OrderTopic", "PaymentTopic")
 QUEUES = 2
@@ -40,6 +41,7 @@ class ChangingBroker:
     file_size: int = 64 * 1024
     seed: int = 0
     history: list[E.Message] = field(default_factory=list)
+    states: list[list[E.Message]] = field(default_factory=list)  # after each change
     serial: int = 0            # every message ever made, so no two are alike
     clock_ns: int = 1_800_000_000 * 10**9
     rng: random.Random = field(init=False)
@@ -68,6 +70,22 @@ class ChangingBroker:
 
     def restore(self, history: list[E.Message]) -> None:
         self.history = list(history)
+
+    def change(self, change: tuple) -> None:
+        """Apply one night's change, as :func:`nights_changes` draws them; every state the
+        history had is kept (``states``) for a later restore."""
+        match change:
+            case ("grow", count):
+                self.grow(count)
+            case ("truncate", fraction, count):
+                self.truncate(int(len(self.history) * fraction))
+                self.grow(count)
+            case ("reset", count):
+                self.reset()
+                self.grow(count)
+            case ("restore", back):
+                self.restore(self.states[max(0, len(self.states) - 1 - back)])
+        self.states.append(list(self.history))
 
     def _message(self) -> E.Message:
         self.serial += 1
@@ -125,6 +143,16 @@ class ChangingBroker:
             path.write_bytes(data)
             self.clock_ns += 10**9
             os.utime(path, ns=(self.clock_ns, self.clock_ns))
+
+
+def nights_changes(most: int = 60) -> st.SearchStrategy[tuple]:
+    """What can happen to a broker's history between two snapshots (``change``)."""
+    return st.one_of(
+        st.tuples(st.just("grow"), st.integers(0, most)),
+        st.tuples(st.just("truncate"), st.floats(0, 1), st.integers(0, most)),
+        st.tuples(st.just("reset"), st.integers(1, most)),
+        st.tuples(st.just("restore"), st.integers(1, 5)),
+    )
 
 
 @dataclass(frozen=True)

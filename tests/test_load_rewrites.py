@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 import pytest
-from changing_broker import ChangingBroker
+from changing_broker import ChangingBroker, nights_changes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pipeline_nights import _no_spark, rows, run_night, write_config
@@ -85,37 +85,17 @@ class Nights:
         assert len(positions) == len(units)  # no queue offset twice in the current history
 
 
-changes = st.one_of(
-    st.tuples(st.just("grow"), st.integers(0, 40)),
-    st.tuples(st.just("truncate"), st.floats(0, 1), st.integers(0, 40)),
-    st.tuples(st.just("reset"), st.integers(1, 40)),
-    st.tuples(st.just("restore"), st.integers(1, 3)),
-)
-
-
 @settings(max_examples=8, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(first=st.integers(1, 60), nights=st.lists(changes, min_size=1, max_size=4),
+@given(first=st.integers(1, 60), nights=st.lists(nights_changes(40), min_size=1, max_size=4),
        seed=st.integers(0, 2**16))
 def test_the_current_history_always_equals_the_store_and_nothing_is_lost(
         tmp_path_factory, first, nights, seed):  # type: ignore[no-untyped-def]
     run = Nights(tmp_path_factory.mktemp("rewrites"), seed)
-    run.broker.grow(first)
-    states = [list(run.broker.history)]
+    run.broker.change(("grow", first))
     run.assert_current_is(run.load())
     for change in nights:
-        match change:
-            case ("grow", count):
-                run.broker.grow(count)
-            case ("truncate", fraction, count):
-                run.broker.truncate(int(len(run.broker.history) * fraction))
-                run.broker.grow(count)
-            case ("reset", count):
-                run.broker.reset()
-                run.broker.grow(count)
-            case ("restore", back):
-                run.broker.restore(states[max(0, len(states) - 1 - back)])
-        states.append(list(run.broker.history))
+        run.broker.change(change)
         run.assert_current_is(run.load())
 
 

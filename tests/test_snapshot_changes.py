@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from changing_broker import ChangingBroker
+from changing_broker import ChangingBroker, nights_changes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -34,43 +34,22 @@ def first_difference(old: bytes, new: bytes) -> int | None:
     return None if len(old) == len(new) else min(len(old), len(new))
 
 
-# A night: what happened to the history since the last snapshot.
-changes = st.one_of(
-    st.tuples(st.just("grow"), st.integers(0, 60)),
-    st.tuples(st.just("truncate"), st.floats(0, 1), st.integers(0, 60)),
-    st.tuples(st.just("reset"), st.integers(0, 60)),
-    st.tuples(st.just("restore"), st.integers(0, 5)),
-)
-
-
 @settings(max_examples=40, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(first=st.integers(1, 80), nights=st.lists(changes, min_size=1, max_size=5),
+@given(first=st.integers(1, 80), nights=st.lists(nights_changes(), min_size=1, max_size=5),
        seed=st.integers(0, 2**16))
 def test_every_snapshot_equals_its_source_and_names_what_was_rewritten(
         tmp_path_factory, first, nights, seed):  # type: ignore[no-untyped-def]
     work = tmp_path_factory.mktemp("changing")
     broker = ChangingBroker(work / "store", seed=seed)
-    broker.grow(first)
+    broker.change(("grow", first))
     broker.write()
-    states = [list(broker.history)]
     take_snapshot(LocalSource(broker.root), work / "snap", "b", NIGHTS[0])
     for night, change in enumerate(nights, start=1):
         before = {name: (broker.root / name).read_bytes()
                   for name in sha256_of_every_file(broker.root)}
-        match change:
-            case ("grow", count):
-                broker.grow(count)
-            case ("truncate", fraction, count):
-                broker.truncate(int(len(broker.history) * fraction))
-                broker.grow(count)
-            case ("reset", count):
-                broker.reset()
-                broker.grow(count)
-            case ("restore", back):
-                broker.restore(states[max(0, len(states) - 1 - back)])
+        broker.change(change)
         broker.write()
-        states.append(list(broker.history))
         manifest = take_snapshot(LocalSource(broker.root), work / "snap", "b", NIGHTS[night])
         copy = snapshot_store(work / "snap", "b", NIGHTS[night])
         assert sha256_of_every_file(copy) == sha256_of_every_file(broker.root)

@@ -104,6 +104,21 @@ def stream_check(name: str, rule: str, stream: str, expected: str, observed: str
                  explanation)
 
 
+def race_check(name: str, rule: str, prefix: str, affected: str, expected: str,
+               observed: str, explanation: str) -> Check:
+    """A finding per file with quarantine rows of a race of a hot copy (reasons starting
+    with ``prefix``), its severity by the one rule of rmqlib.common.races."""
+    return Check(name, rule, f"""
+        SELECT '{{name}}' AS check_name, {RACE_SEVERITY} AS severity,
+               concat('file=', f.file) AS scope,
+               {{no_scope}}, {affected} AS affected,
+               {sql_string(expected)} AS expected,
+               {observed} AS observed,
+               slice(array_sort(collect_list(f.offset)), 1, 5) AS sample_offsets,
+               {{explanation}} AS explanation
+        FROM rc_quarantine f WHERE f.reason LIKE '{prefix}%' GROUP BY f.file""", explanation)
+
+
 CHECKS: tuple[Check, ...] = (
     Check("cq_unit_without_record", "§8.7", """
         SELECT '{name}' AS check_name, 'error' AS severity, {queue_scope} AS scope,
@@ -504,33 +519,21 @@ CHECKS: tuple[Check, ...] = (
           "bytes changed after the broker wrote them (disk or copy damage): these bodies are "
           "not what the producer sent; commitlog offsets listed"
         )),
-    Check("torn_tail", "§2.2, §8.3", f"""
-        SELECT '{{name}}' AS check_name, {RACE_SEVERITY} AS severity,
-               concat('file=', f.file) AS scope,
-               {{no_scope}}, sum(f.length) AS affected,
-               'written data ends with a whole record' AS expected,
-               concat(count(*), ' region(s), ', sum(f.length), ' byte(s) cut at the end')
-                   AS observed,
-               slice(array_sort(collect_list(f.offset)), 1, 5) AS sample_offsets,
-               {{explanation}} AS explanation
-        FROM rc_quarantine f WHERE f.reason LIKE '{races.TORN_TAIL}%' GROUP BY f.file""",
-        ("the record, unit or entry the broker was writing at the write position, cut (copy "
-         "taken while the broker wrote, or a kill): it is read again from the next snapshot; "
-         "an error when the broker had stopped cleanly (no abort file), where no write was "
-         "in progress; file positions listed")),
-    Check("hot_copy_race", "§4, §5, §7", f"""
-        SELECT '{{name}}' AS check_name, {RACE_SEVERITY} AS severity,
-               concat('file=', f.file) AS scope,
-               {{no_scope}}, count(*) AS affected,
-               'every counter and partner file caught up with its data' AS expected,
-               concat(count(*), ' state(s): ', substring(min(f.reason), 1, 200)) AS observed,
-               slice(array_sort(collect_list(f.offset)), 1, 5) AS sample_offsets,
-               {{explanation}} AS explanation
-        FROM rc_quarantine f WHERE f.reason LIKE '{races.HOT_COPY}%' GROUP BY f.file""",
-        ("data the copy read before the counter or partner file that describes it (index "
-         "entries beyond the header's indexCount, queue units ahead of the copied commitlog, "
-         "a config file read mid-rewrite): decoded, or read again from the next snapshot; an "
-         "error when the broker had stopped cleanly (no abort file); file positions listed")),
+    race_check("torn_tail", "§2.2, §8.3", races.TORN_TAIL, "sum(f.length)",
+               "written data ends with a whole record",
+               "concat(count(*), ' region(s), ', sum(f.length), ' byte(s) cut at the end')",
+               ("the record, unit or entry the broker was writing at the write position, cut "
+                "(copy taken while the broker wrote, or a kill): it is read again from the "
+                "next snapshot; an error when the broker had stopped cleanly (no abort file), "
+                "where no write was in progress; file positions listed")),
+    race_check("hot_copy_race", "§4, §5, §7", races.HOT_COPY, "count(*)",
+               "every counter and partner file caught up with its data",
+               "concat(count(*), ' state(s): ', substring(min(f.reason), 1, 200))",
+               ("data the copy read before the counter or partner file that describes it "
+                "(index entries beyond the header's indexCount, queue units ahead of the copied "
+                "commitlog, a config file read mid-rewrite): decoded, or read again from the "
+                "next snapshot; an error when the broker had stopped cleanly (no abort file); "
+                "file positions listed")),
     Check("quarantined_region", "§2.2, §8.2", """
         SELECT '{name}' AS check_name, 'error' AS severity, concat('file=', f.file) AS scope,
                {no_scope}, sum(f.length) AS affected,
