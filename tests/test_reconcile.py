@@ -222,7 +222,15 @@ def test_a_truncated_commitlog_is_caught_by_the_checkpoint(spark, broker_stores,
     expected = {("checkpoint_ahead_of_data", "broker", "error"),
                 *{("consumer_offset_above_max", f"group={g} topic={t} queue={q}", "warning")
                   for g, t, q in ahead}}
-    rest = found - expected - {("group_without_offsets", "group=G_NOOFFSET", "info")}
+    # queue units past the cut commitlog: a race of a hot copy in form, damage in a
+    # cleanly stopped store (rmqlib.common.races), so an error, on the cut queues only
+    ahead_of_data = {key for key in found if key[0] == "hot_copy_race"}
+    assert ahead_of_data and all(
+        severity == "error" and any(scope.startswith(f"file=consumequeue/{t}/{q}/")
+                                    for t, q in cut_queues)
+        for _, scope, severity in ahead_of_data)
+    rest = found - expected - ahead_of_data - {
+        ("group_without_offsets", "group=G_NOOFFSET", "info")}
     assert rest <= schedule, rest
     assert expected <= found
 
