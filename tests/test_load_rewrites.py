@@ -163,6 +163,10 @@ def test_a_reset_broker_becomes_a_new_incarnation_without_renaming(tmp_path):  #
               if r["kind"] != rewrites.FILE]
     assert (row["kind"], row["incarnation"], row["records_superseded"]) == (
         rewrites.RESET, 2, 50)
+    # the files the copier found rewritten that night belong to the new incarnation too
+    files = [r for r in rows(run.warehouse, T.HISTORY_REWRITES, broker=BROKER)
+             if r["kind"] == rewrites.FILE]
+    assert files and {r["incarnation"] for r in files} == {2}
     run.broker.grow(20)
     run.assert_current_is(run.load())
 

@@ -239,8 +239,9 @@ class SnapshotLoad:
         superseded = (rewrites.superseded_message_rows(self.registry, self.broker,
                                                        self.snapshot_id, rewrite, self.store)
                       if rewrite is not None else None)
-        rows = rewrites.file_rows(self.broker, self.snapshot_id, self.store,
-                                  rewrites.current_incarnation(self.registry, self.broker))
+        incarnation = (rewrite.incarnation if rewrite is not None
+                       else rewrites.current_incarnation(self.registry, self.broker))
+        rows = rewrites.file_rows(self.broker, self.snapshot_id, self.store, incarnation)
         if rewrite is not None and recorded is None:
             rows.append(rewrites.rewrite_row(self.broker, self.snapshot_id, rewrite,
                                              superseded.num_rows))
