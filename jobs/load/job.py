@@ -226,7 +226,8 @@ class SnapshotLoad:
         commitlog is compared with its master's by the cluster stage instead."""
         mark = next((m for m in marks if m.stream == COMMITLOG), None)
         rewrite = None
-        recorded = rewrites.recorded_rewrite(self.registry, self.broker, self.snapshot_id)
+        history = rewrites.history_of(self.registry, self.broker)
+        recorded = rewrites.recorded_rewrite(history, self.snapshot_id)
         if recorded is not None:
             rewrite = rewrites.rewrite_from_row(self.registry, self.broker, self.store,
                                                 recorded)
@@ -240,7 +241,7 @@ class SnapshotLoad:
                                                        self.snapshot_id, rewrite, self.store)
                       if rewrite is not None else None)
         incarnation = (rewrite.incarnation if rewrite is not None
-                       else rewrites.current_incarnation(self.registry, self.broker))
+                       else rewrites.current_incarnation(history))
         rows = rewrites.file_rows(self.broker, self.snapshot_id, self.store, incarnation)
         if rewrite is not None and recorded is None:
             rows.append(rewrites.rewrite_row(self.broker, self.snapshot_id, rewrite,

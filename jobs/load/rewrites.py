@@ -113,7 +113,7 @@ def find_rewrite(registry: Registry, broker: str, store: Path, mark: HighWaterMa
     # The records the snapshot still holds are a prefix of the loaded ones: the first
     # one it does not is where the rewrite starts.
     first_gone = _first_false(len(offsets), same)
-    incarnation = current_incarnation(registry, broker)
+    incarnation = current_incarnation(history_of(registry, broker))
     if first_gone == 0:
         kind, incarnation = RESET, incarnation + 1
         from_offset = min(offsets[0], _store_start(directory)) if offsets else 0
@@ -125,7 +125,7 @@ def find_rewrite(registry: Registry, broker: str, store: Path, mark: HighWaterMa
         kind = REWRITTEN if _record_at(directory, from_offset) else TRUNCATED
     return Rewrite(kind, from_offset, mark.loaded_until, incarnation, mark.snapshot_id,
                    tuple(earlier_snapshots(registry, broker, snapshot_id)),
-                   kept_record(registry, broker, store, from_offset, snapshot_id))
+                   _last_kept(directory, loaded, from_offset))
 
 
 def rewrite_from_row(registry: Registry, broker: str, store: Path, row: dict) -> Rewrite:
@@ -141,7 +141,14 @@ def kept_record(registry: Registry, broker: str, store: Path, from_offset: int,
     """(offset, end, BODYCRC) of the last loaded record before ``from_offset`` the store
     still holds: the commitlog mark after the rewrite (None: nothing is kept)."""
     directory = commitlog_source(store).directory
-    loaded = current_records(registry, broker, _store_start(directory), snapshot_id)
+    return _last_kept(directory, current_records(registry, broker, _store_start(directory),
+                                                 snapshot_id), from_offset)
+
+
+def _last_kept(directory: Path, loaded: pa.Table,
+               from_offset: int) -> tuple[int, int, int] | None:
+    """(offset, end, BODYCRC) of the last of the ``loaded`` records before ``from_offset``,
+    read from the store (None when there is none, or it cannot be read)."""
     before = loaded.filter(pc.less(loaded.column("physical_offset"), from_offset))
     if before.num_rows == 0:
         return None
@@ -194,9 +201,14 @@ def rewrites_of(registry: Registry, broker: str, before: str | None = None) -> l
             if row["kind"] in HISTORY_KINDS and row["snapshot_id"] != before]
 
 
-def current_incarnation(registry: Registry, broker: str) -> int:
-    return max((row["incarnation"] for row in registry.read_rows(
-        T.HISTORY_REWRITES, broker=broker)), default=1)
+def history_of(registry: Registry, broker: str) -> list[dict]:
+    """The broker's ``history_rewrites`` rows (every kind): read once per load."""
+    return registry.read_rows(T.HISTORY_REWRITES, broker=broker)
+
+
+def current_incarnation(history: list[dict]) -> int:
+    """The broker's incarnation, from its ``history_rewrites`` rows (1 before any reset)."""
+    return max((row["incarnation"] for row in history), default=1)
 
 
 def earlier_snapshots(registry: Registry, broker: str, snapshot_id: str) -> list[str]:
@@ -236,12 +248,10 @@ def rewrite_row(broker: str, snapshot_id: str, rewrite: Rewrite, superseded: int
             "superseded_snapshot_ids": list(rewrite.superseded_snapshot_ids)}
 
 
-def recorded_rewrite(registry: Registry, broker: str, snapshot_id: str) -> dict | None:
+def recorded_rewrite(history: list[dict], snapshot_id: str) -> dict | None:
     """This snapshot's rewrite row, when an earlier attempt of its load wrote it."""
-    rows = [row for row in registry.read_rows(T.HISTORY_REWRITES, broker=broker,
-                                              snapshot_id=snapshot_id)
-            if row["kind"] in HISTORY_KINDS]
-    return rows[0] if rows else None
+    return next((row for row in history if row["snapshot_id"] == snapshot_id
+                 and row["kind"] in HISTORY_KINDS), None)
 
 
 def file_rows(broker: str, snapshot_id: str, store: Path, incarnation: int) -> list[dict]:
