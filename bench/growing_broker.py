@@ -11,11 +11,19 @@ messages, as a running broker would have between two snapshots:
   harness's 6,000-byte consume-queue files), tags hash = ``String.hashCode`` of the TAGS;
 * ``config/``: topics, subscription groups and consumer offsets in fastjson's text:
   ``G_FAST`` has consumed everything, ``G_SLOW`` is half a night behind on every queue;
+* ``index/``: every message's UNIQ_KEY and each of its KEYS as ``topic#key`` entries, as
+  the broker's IndexService.buildIndex puts them (``IndexWriter``, written from
+  IndexFile.putKey), in files of 5,000 slots and 20,000 entries (the harness's 1:4 ratio)
+  named by their first store time; a full file's successor is seeded with its end offset
+  and time, as IndexService.getAndCreateLastIndexFile does;
 * ``checkpoint``: the last store time as the physical, logical and index timestamps;
 * retention, as the broker's ``fileReservedTime`` (72 hours by default) does it: commitlog
   segments holding no message of the last ``retained_nights`` nights are deleted (never the
   last one), then every consume-queue file whose last unit points below the first
-  remaining segment (never a queue's last file).
+  remaining segment and every index file whose end offset is below it (never a queue's or
+  the index's last file: ConsumeQueue.deleteExpiredFile, IndexService.deleteExpiredFile).
+  So the store on disk stays the size of three nights (``store_bytes``) however much was
+  ever written (``physical_end``).
 
 Three topics of four queues (message ``i`` goes to topic ``i % 3``, queue ``i % 4``, so
 its queue offset is ``i // 12``, as the generator writes it); a night's messages are
@@ -31,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from commitlog_decode import FastRecords
-from store_encoders import checkpoint_bytes, cq_unit, java_hash, render_fastjson
+from store_encoders import IndexWriter, checkpoint_bytes, cq_unit, java_hash, render_fastjson
 
 SEGMENT = 2**20
 CQ_UNITS_PER_FILE = 300
@@ -42,6 +50,7 @@ FIRST_STORE_MS = 1_700_000_000_007   # FastRecords: message i stored at this + i
 TOPICS = ("OrderTopic", "PaymentTopic", "AuditTopic")
 QUEUES = 4
 GROUPS = ("G_FAST", "G_SLOW")
+INDEX_SLOTS, INDEX_ENTRIES = 5_000, 20_000
 
 
 @dataclass
@@ -54,9 +63,12 @@ class Grown:
 
 class GrowingBroker:
     def __init__(self, root: Path, messages_per_night: int, body_size: int = 100,
-                 retained_nights: int = 3) -> None:
+                 retained_nights: int = 3, index_files: bool = True) -> None:
         self.store = root / "store"
         self.retained_nights = retained_nights
+        self.index_files = index_files
+        self._index: IndexWriter | None = None
+        self._index_name = ""
         self.state_file = root / "grown.json"
         self.per_night = messages_per_night
         self.records = FastRecords(body_size, time_step_ms=DAY_MS // messages_per_night)
@@ -75,9 +87,13 @@ class GrowingBroker:
             tag_hash = java_hash(f"tag{index % 5}")
             units.setdefault((index % 3, index % 4), []).append(
                 cq_unit(self.state.physical_end - len(record), len(record), tag_hash))
+            if self.index_files:
+                self._put_keys(index, self.state.physical_end - len(record))
             self.state.messages += 1
         for (topic, queue), written in units.items():
             self._append_units(topic, queue, written)
+        if self._index is not None:
+            self._write_index()
         self.state.nights += 1
         self._apply_retention()
         self._write_config()
@@ -86,6 +102,10 @@ class GrowingBroker:
             checkpoint_bytes(last_store_ms, last_store_ms, last_store_ms))
         self.state_file.write_text(json.dumps(asdict(self.state)))
         return self.state
+
+    def disk_bytes(self) -> int:
+        """The bytes of the store's files on disk now (what retention keeps bounded)."""
+        return sum(p.stat().st_size for p in self.store.rglob("*") if p.is_file())
 
     # ---- commitlog
 
@@ -131,6 +151,48 @@ class GrowingBroker:
                 last_unit = old.read_bytes()[-CQ_UNIT:]
                 if struct.unpack(">q", last_unit[:8])[0] < commitlog_min:
                     old.unlink()
+        for old in sorted((self.store / "index").glob("*"))[:-1]:
+            end_phy_offset = struct.unpack(">q", old.read_bytes()[24:32])[0]
+            if end_phy_offset < commitlog_min:
+                old.unlink()
+
+    # ---- index
+
+    def _put_keys(self, index: int, physical_offset: int) -> None:
+        """The message's keys, as IndexService.buildIndex puts them (UNIQ_KEY, then KEYS)."""
+        topic = TOPICS[index % 3]
+        store_ms = FIRST_STORE_MS + index * self.records.time_step_ms
+        for key in (f"0A0000011A2B00000000{index:012X}", f"order-{index:012d}",
+                    f"user-{index % 97:04d}"):
+            writer = self._index_writer(store_ms)
+            if not writer.put(f"{topic}#{key}", physical_offset, store_ms):
+                raise AssertionError("a fresh index file is never full")
+
+    def _index_writer(self, store_ms: int) -> IndexWriter:
+        """The last index file (resumed from disk, or a new one when it is full)."""
+        directory = self.store / "index"
+        if self._index is None:
+            files = sorted(directory.glob("*"))
+            if files:
+                self._index_name = files[-1].name
+                self._index = IndexWriter.resume(files[-1].read_bytes(), INDEX_SLOTS,
+                                                 INDEX_ENTRIES)
+        if self._index is None or self._index.full:
+            if self._index is not None:
+                self._write_index()
+            previous = self._index
+            self._index = IndexWriter(
+                INDEX_SLOTS, INDEX_ENTRIES,
+                seed_end_phy_offset=previous.end_phy_offset if previous else 0,
+                seed_end_timestamp=previous.end_timestamp if previous else 0)
+            self._index_name = _index_file_name(store_ms)
+        return self._index
+
+    def _write_index(self) -> None:
+        directory = self.store / "index"
+        directory.mkdir(parents=True, exist_ok=True)
+        assert self._index is not None
+        (directory / self._index_name).write_bytes(self._index.data())
 
     # ---- consume queues
 
@@ -186,3 +248,11 @@ class GrowingBroker:
         }
         for name, document in documents.items():
             (config / name).write_text(render_fastjson(document))
+
+
+def _index_file_name(store_ms: int) -> str:
+    """An index file's name: its creation time as yyyyMMddHHmmssSSS (UtilAll)."""
+    from datetime import UTC, datetime
+
+    moment = datetime.fromtimestamp(store_ms / 1000, UTC)
+    return moment.strftime("%Y%m%d%H%M%S") + f"{store_ms % 1000:03d}"

@@ -10,14 +10,19 @@ the lakehouse grows: what the series measures is the cost of that history. Serie
   one    1 broker, 100 nights
   five   5 brokers side by side (each night every broker in turn), 20 nights
 
-Each night records, per broker, the seconds of every step; on measured nights (1, 10, 30,
-100 and every 10th) also, per table, the files a query reads (the Delta table's active
-files) and their bytes, the data files on disk (VACUUM keeps 7 days of wall-clock time
-travel, so in a bench that runs for an hour nothing is old enough to go), the Delta log
-(files, bytes), and the seconds of each saved query (in the series' Spark session, warm;
-the best of 3).
+Each night records, per broker, the seconds of every step and the store's bytes on disk
+(and the commitlog bytes ever written); on measured nights (1, 10, 30, 100 and every 10th)
+also, per table, the files a query reads (the Delta table's active files) and their bytes,
+the data files on disk (VACUUM keeps 7 days of wall-clock time travel, so in a bench that
+runs for an hour nothing is old enough to go), the Delta log (files, bytes), and the
+seconds of each saved query as ``jobs query --saved`` runs it, on the local engine (a new
+engine per query, as the CLI) and on Spark (the series' session, warm), the best of 3. On
+nights 1, 10, 30 and 100 the first broker's check is measured again step by step: seconds,
+files opened, bytes read (bench/check_cost.py).
 
 Usage: python bench/years.py --series one [--nights 100] [--messages-per-night 5000]
+                             [--without-index]     # the generator before it wrote index/
+       python bench/years.py --queries-only WAREHOUSE   # the saved queries of a warehouse
 Results: .cache/bench/years/<series>.jsonl (a line per night) and a summary on stdout.
 See bench/README.md.
 """
@@ -58,8 +63,12 @@ def pipeline_config(work: Path, brokers: list[str]):  # type: ignore[no-untyped-
         alerts_config=ROOT / "config" / "alerts.yaml")
 
 
-def one_night(spark, config, broker, snapshot_id: str) -> dict[str, float]:  # type: ignore[no-untyped-def]
-    """The broker's task group, step by step, timed."""
+def one_night(spark, config, broker, snapshot_id: str,  # type: ignore[no-untyped-def]
+              night_time: datetime) -> dict[str, float]:
+    """The broker's task group, step by step, timed. The snapshot is taken at the night's
+    time on the series' calendar (``night_time``), not at the bench's wall-clock second:
+    what reads the snapshots' times (consumer rates, the alert history's reminder
+    horizon, lag ages) sees nights a day apart, as in a deployment."""
     from jobs import pipeline
 
     seconds, clock = {}, time.monotonic()
@@ -70,6 +79,7 @@ def one_night(spark, config, broker, snapshot_id: str) -> dict[str, float]:  # t
         clock = time.monotonic()
 
     snapshot = pipeline.snapshot_broker(config, broker, snapshot_id)
+    snapshot["taken_at"] = night_time.isoformat()
     lap("snapshot")
     loaded = pipeline.load_broker(spark, config, snapshot)
     lap("load")
@@ -101,50 +111,72 @@ def table_stats(warehouse: Path) -> dict[str, dict[str, int]]:
     return stats
 
 
-def query_seconds(spark, registry) -> dict[str, float]:  # type: ignore[no-untyped-def]
-    """Each saved query, best of 3 in the warm session (collected to the driver)."""
-    from jobs.query.spark_engine import run_saved
+QUERIES = ("message_by_key", "message_by_msg_id", "consumer_positions",
+           "volume_per_topic_hour")
+QUERY_PARAMS = {"message_by_key": {"key": "order-000000000042"},
+                "message_by_msg_id": {"msg_id": f"0A0000011A2B00000000{42:012X}"}}
 
-    params = {"message_by_key": {"key": "order-000000000042"},
-              "message_by_msg_id": {"msg_id": f"0A0000011A2B00000000{42:012X}"}}
-    seconds = {}
-    for name in ("message_by_key", "message_by_msg_id", "consumer_positions",
-                 "volume_per_topic_hour"):
+
+def query_seconds(warehouse: Path, spark=None) -> dict[str, dict[str, float]]:  # type: ignore[no-untyped-def]
+    """Each saved query as ``jobs query --saved`` runs it (its lookup first, where it has
+    one), best of 3: ``local`` opens a new engine each time, as a CLI call does; ``spark``
+    uses the given warm session."""
+    from jobs.query.local_engine import LocalEngine
+    from jobs.query.spark_engine import SparkEngine
+
+    def best_of_3(open_engine, name: str) -> float:  # type: ignore[no-untyped-def]
         best = float("inf")
         for _ in range(3):
             clock = time.monotonic()
-            run_saved(spark, name, params.get(name), registry).collect()
+            open_engine().saved(name, QUERY_PARAMS.get(name))
             best = min(best, time.monotonic() - clock)
-        seconds[name] = round(best, 3)
+        return round(best, 3)
+
+    seconds: dict[str, dict[str, float]] = {"local": {}, "spark": {}}
+    for name in QUERIES:
+        seconds["local"][name] = best_of_3(lambda: LocalEngine(warehouse), name)
+    if spark is not None:
+        engine = SparkEngine(spark, warehouse)
+        for name in QUERIES:
+            seconds["spark"][name] = best_of_3(lambda: engine, name)
     return seconds
 
 
-def run_series(series: str, nights: int, per_night: int, work: Path) -> Path:
+def run_series(series: str, nights: int, per_night: int, work: Path,
+               index_files: bool = True) -> Path:
+    from check_cost import measure
+
     from jobs.lakehouse.spark_session import build_spark_session
-    from jobs.lakehouse.tables import Registry
     from jobs.snapshot.manifest import snapshot_id_for
 
     count, _default_nights = SERIES[series]
     names = [f"years-{series}-{i}" for i in range(count)]
     shutil.rmtree(work, ignore_errors=True)
     config = pipeline_config(work, names)
-    stores = {b.name: GrowingBroker(work / "stores" / b.name, per_night) for b in config.brokers}
+    stores = {b.name: GrowingBroker(work / "stores" / b.name, per_night,
+                                    index_files=index_files) for b in config.brokers}
     spark = build_spark_session(f"years-{series}", warehouse=config.warehouse)
-    results = ROOT / ".cache" / "bench" / "years" / f"{series}.jsonl"
+    results = work.parent / f"{work.name}.jsonl"
     results.parent.mkdir(parents=True, exist_ok=True)
     with results.open("w") as out:
         for night in range(1, nights + 1):
-            snapshot_id = snapshot_id_for(FIRST_NIGHT + timedelta(days=night - 1))
+            night_time = FIRST_NIGHT + timedelta(days=night - 1)
+            snapshot_id = snapshot_id_for(night_time)
             record: dict[str, object] = {"night": night, "snapshot_id": snapshot_id,
-                                         "messages_per_night": per_night, "brokers": {}}
+                                         "messages_per_night": per_night, "brokers": {},
+                                         "index_files": index_files}
             for broker in config.brokers:
                 grown = stores[broker.name].grow()
                 record["brokers"][broker.name] = {  # type: ignore[index]
-                    "messages": grown.messages, "store_bytes": grown.physical_end,
-                    "seconds": one_night(spark, config, broker, snapshot_id)}
+                    "messages": grown.messages, "written_bytes": grown.physical_end,
+                    "store_bytes": stores[broker.name].disk_bytes(),
+                    "seconds": one_night(spark, config, broker, snapshot_id, night_time)}
             if measured(night):
                 record["tables"] = table_stats(config.warehouse)
-                record["queries"] = query_seconds(spark, Registry(spark, config.warehouse))
+                record["queries"] = query_seconds(config.warehouse, spark)
+            if night in REPORTED_NIGHTS:
+                record["check_cost"] = measure(config.warehouse, config.brokers[0].name,
+                                               snapshot_id)
             out.write(json.dumps(record) + "\n")
             out.flush()
             totals = [sum(b["seconds"].values()) for b in record["brokers"].values()]  # type: ignore[attr-defined]
@@ -172,25 +204,44 @@ def slope(points: list[tuple[int, float]]) -> tuple[float, float]:
     return mean_y - b * mean_x, b
 
 
+def query_columns(record: dict) -> dict[str, float]:
+    """``engine:query -> seconds`` (records before the local engine hold Spark's alone)."""
+    queries = record["queries"]
+    if not isinstance(next(iter(queries.values())), dict):
+        queries = {"spark": queries}
+    return {f"{engine}:{name}": value for engine, by_name in queries.items()
+            for name, value in by_name.items()}
+
+
 def summarize(results: Path) -> None:
+    from check_cost import print_table
+
     records = [json.loads(line) for line in results.read_text().splitlines()]
     by_night = {r["night"]: r for r in records}
     print(f"\n{results.name}: {len(records)} nights, "
           f"{records[0]['messages_per_night']} messages per broker per night, "
-          f"{len(records[0]['brokers'])} broker(s)")
-    queries = next(r["queries"] for r in reversed(records) if "queries" in r)
-    print("| night | " + " | ".join(STEPS) + " | total s | files (active, all tables) "
-          "| Delta log MiB | " + " | ".join(f"{q} s" for q in queries) + " |")
+          f"{len(records[0]['brokers'])} broker(s), index files "
+          f"{'written' if records[0].get('index_files') else 'not written'}")
+    queries = query_columns(next(r for r in reversed(records) if "queries" in r))
+    print("| night | " + " | ".join(STEPS) + " | total s | store MiB | files (active, all "
+          "tables) | Delta log MiB | " + " | ".join(f"{q} s" for q in queries) + " |")
     for night in sorted(set(REPORTED_NIGHTS) | {len(records)}):
         record = by_night.get(night)
         if record is None or "tables" not in record:
             continue
         seconds = per_night_seconds(record)
         tables = record["tables"]
+        store = sum(b.get("store_bytes", 0) for b in record["brokers"].values()) \
+            / len(record["brokers"]) / 2**20
         print(f"| {night} | " + " | ".join(f"{seconds[s]:.1f}" for s in STEPS)
-              + f" | {sum(seconds.values()):.1f} | {sum(t['files'] for t in tables.values())}"
+              + f" | {sum(seconds.values()):.1f} | {store:.1f}"
+              + f" | {sum(t['files'] for t in tables.values())}"
               + f" | {sum(t['log_bytes'] for t in tables.values()) / 2**20:.1f} | "
-              + " | ".join(f"{v:.2f}" for v in record["queries"].values()) + " |")
+              + " | ".join(f"{query_columns(record).get(q, float('nan')):.2f}"
+                           for q in queries) + " |")
+    for night in REPORTED_NIGHTS:
+        if "check_cost" in by_night.get(night, {}):
+            print_table(by_night[night]["check_cost"], f"the check at night {night}")
     # a night is noisy (a shared 2-core machine): compare the medians of nights 6-15 and the
     # last ten, and fit a line through every night from 10 on
     totals = {r["night"]: sum(per_night_seconds(r).values()) for r in records}
@@ -205,22 +256,33 @@ def summarize(results: Path) -> None:
     intercept, per_extra = slope([(n, s) for n, s in totals.items() if n >= 10])
     print(f"median seconds per broker-night, nights 6-15: {early:.1f}; last 10 nights: "
           f"{late:.1f}; ratio {late / early:.2f}")
+    at = {n: intercept + per_extra * n for n in (10, 365)}
     print(f"fitted: {intercept:.1f} s + {per_extra * 1000:.1f} ms per extra night: night 365 "
-          f"would take {intercept + per_extra * 365:.1f} s")
+          f"would take {at[365]:.1f} s, {at[365] / at[10]:.2f}x night 10")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--series", choices=sorted(SERIES), required=True)
+    parser.add_argument("--series", choices=sorted(SERIES))
     parser.add_argument("--nights", type=int)
     parser.add_argument("--messages-per-night", type=int, default=5000)
+    parser.add_argument("--without-index", action="store_true",
+                        help="stores without index/ (the generator before 2026-11-27)")
     parser.add_argument("--summary-only", action="store_true")
+    parser.add_argument("--queries-only", type=Path, metavar="WAREHOUSE")
     args = parser.parse_args()
-    results = ROOT / ".cache" / "bench" / "years" / f"{args.series}.jsonl"
+    if args.queries_only:
+        print(json.dumps(query_seconds(args.queries_only.resolve()), indent=1))
+        return
+    if not args.series:
+        parser.error("--series is required")
+    name = args.series + ("-without-index" if args.without_index else "")
+    results = ROOT / ".cache" / "bench" / "years" / f"{name}.jsonl"
     if not args.summary_only:
         results = run_series(args.series, args.nights or SERIES[args.series][1],
                              args.messages_per_night,
-                             ROOT / ".cache" / "bench" / "years" / args.series)
+                             ROOT / ".cache" / "bench" / "years" / name,
+                             index_files=not args.without_index)
     summarize(results)
 
 

@@ -105,6 +105,23 @@ class IndexWriter:
             self.begin_timestamp = self.end_timestamp = self.seed_end_timestamp
         self._write_header()
 
+    @classmethod
+    def resume(cls, data: bytes, hash_slot_num: int, index_num: int) -> IndexWriter:
+        """A writer that goes on with an index file already written (as the broker maps
+        the last file again after a restart): header, slots and entries as they are."""
+        writer = cls(hash_slot_num, index_num)
+        writer.buf[:] = data
+        (writer.begin_timestamp, writer.end_timestamp, writer.begin_phy_offset,
+         writer.end_phy_offset, writer.hash_slot_count,
+         writer.written_index_count) = struct.unpack_from(">qqqqii", data, 0)
+        writer.index_count = max(writer.written_index_count, 1)
+        return writer
+
+    @property
+    def full(self) -> bool:
+        """IndexFile.isWriteFull: no entry left."""
+        return self.index_count >= self.index_num
+
     def _write_header(self) -> None:
         struct.pack_into(
             ">qqqqii", self.buf, 0, self.begin_timestamp, self.end_timestamp,
