@@ -10,6 +10,7 @@ opened in headless Chromium.
 
 from __future__ import annotations
 
+import copy
 import re
 import shutil
 from dataclasses import dataclass
@@ -21,9 +22,13 @@ from great_expectations.core import ExpectationValidationResult
 from lakehouse import load
 from pyspark.sql import functions as F
 
+from jobs.check.data_docs import SUMMARIES_FILE, keep_newest_runs
 from jobs.check.engines import DuckDbEngine, SparkEngine
 from jobs.check.expectations import (
+    DOCS_SITE,
+    DOCS_SITE_CONFIG,
     ExpectationsSummary,
+    docs_index_page,
     gx_context,
     observed_detail,
     offending_rows_query,
@@ -180,6 +185,75 @@ def test_data_docs_open_offline(damaged: Run, browser_page) -> None:  # type: ig
     assert "consumer_offsets.consumer_offset_min" in text
     # only GX's logo image (a hosted picture, nothing the pages need) asked for the network
     assert {kind for kind, _ in refused} <= {"image"}, refused
+
+
+def test_the_index_lists_what_gx_lists_reading_each_result_once(  # type: ignore[no-untyped-def]
+        damaged: Run, tmp_path, monkeypatch) -> None:
+    """The Data Docs index of jobs.check.data_docs holds exactly the rows GX's own index
+    builder gives (same limit), and once its summaries are kept, a build loads no result."""
+    from great_expectations.data_context.data_context.abstract_data_context import (
+        AbstractDataContext,
+    )
+    from great_expectations.data_context.util import instantiate_class_from_config
+
+    project = tmp_path / "gx"
+    shutil.copytree(damaged.gx_root, project)
+    context = gx_context(project)
+    (Path(context.root_directory) / "uncommitted" / SUMMARIES_FILE).unlink(missing_ok=True)
+    loads = []
+    original = AbstractDataContext.get_validation_result
+
+    def counted(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        loads.append(kwargs.get("run_id"))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(AbstractDataContext, "get_validation_result", counted)
+
+    def index_links(index_builder: dict) -> dict:
+        config = {**copy.deepcopy(DOCS_SITE_CONFIG), "site_index_builder": index_builder}
+        site = instantiate_class_from_config(
+            config=config, runtime_environment={"data_context": context,
+                                                "root_directory": context.root_directory},
+            config_defaults={"module_name": "great_expectations.render.renderer.site_builder"})
+        return site.site_index_builder.build()[1]
+
+    ours = DOCS_SITE_CONFIG["site_index_builder"]
+    expected = index_links({"class_name": "DefaultSiteIndexBuilder",
+                            "validation_results_limit": ours["validation_results_limit"]})
+    listed = len(expected["validations_links"])
+    assert listed == 4 * len(damaged.registry.tables)
+    loads.clear()
+    assert index_links(ours) == expected
+    assert len(loads) == listed  # first build: every listed result, once
+    loads.clear()
+    assert index_links(ours) == expected
+    assert loads == []  # then none: a night's build reads only its own run's results
+
+
+def test_data_docs_keep_the_newest_runs_and_only_their_pages(damaged: Run,  # type: ignore[no-untyped-def]
+                                                              tmp_path) -> None:
+    """Retention: of the project's four runs, the two newest are kept; the next site
+    build leaves exactly their result pages, and the index lists exactly those."""
+    project = tmp_path / "gx"
+    shutil.copytree(damaged.gx_root, project)
+    context = gx_context(project)
+    tables = len(damaged.registry.tables)
+    runs = sorted({k.run_id.to_tuple() for k in context.validation_results_store.list_keys()},
+                  key=lambda run: run[1])
+    assert len(runs) == 4
+    assert keep_newest_runs(context, runs=2) == 2 * tables
+    kept = {k.run_id.to_tuple() for k in context.validation_results_store.list_keys()}
+    assert kept == set(runs[2:])
+    context.build_data_docs(site_names=[DOCS_SITE])
+    site = docs_index_page(context).parent
+    pages = {page.relative_to(site / "validations").parts for page in
+             (site / "validations").rglob("*.html")}
+    assert len(pages) == 2 * tables
+    assert {(parts[-3], parts[-2]) for parts in pages} == {
+        (name, time) for name, time in kept}
+    index = docs_index_page(context).read_text()
+    assert sum(index.count(f"/{name}/{time}/") for name, time in runs[2:]) >= 2 * tables
+    assert not any(f"/{time}/" in index for _, time in runs[:2])
 
 
 def test_sql_rules_become_queries_over_the_batch() -> None:

@@ -55,10 +55,11 @@ from great_expectations.expectations.metadata_types import FailureSeverity
 from great_expectations.expectations.metrics.metric_provider import metric_value
 from great_expectations.expectations.metrics.query_metric_provider import QueryMetricProvider
 
+from jobs.check.data_docs import KEPT_RUNS, keep_newest_runs
 from jobs.check.engines import LOCAL, CheckEngine, SparkEngine, to_duckdb
 from jobs.check.offline_docs import AssetsError, localize_site
 from jobs.lakehouse.contracts import Contract, quote_identifier
-from jobs.lakehouse.tables import LOAD_RUNS, LOAD_STATE, RETENTION_GAPS, Registry
+from jobs.lakehouse.tables import LOAD_RUNS, LOAD_STATE, RETENTION_GAPS, TABLES, Registry
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -80,10 +81,11 @@ DOCS_SITE_CONFIG = {
     "show_how_to_buttons": False,
     "store_backend": {"class_name": "TupleFilesystemStoreBackend",
                       "base_directory": "uncommitted/data_docs/local_site/"},
-    # The index re-reads every listed result each time it is built (once per table per
-    # run): list only the newest ones, or a year of daily runs makes every run crawl.
-    "site_index_builder": {"class_name": "DefaultSiteIndexBuilder",
-                           "validation_results_limit": 600},
+    # The index lists the kept runs' results (jobs.check.data_docs: a week of nights),
+    # each loaded once: a night's build reads one run's results whatever the history.
+    "site_index_builder": {"module_name": "jobs.check.data_docs",
+                           "class_name": "SummarizedSiteIndexBuilder",
+                           "validation_results_limit": KEPT_RUNS * len(TABLES)},
 }
 SEVERITIES = {"error": FailureSeverity.CRITICAL, "warning": FailureSeverity.WARNING}
 # The first pass over a suite: success only (see SnapshotCheckpoint).
@@ -439,8 +441,9 @@ def run_expectations(engine: CheckEngine, registry: Registry, broker: str, snaps
     run_id = RunIdentifier(run_name=_run_name(broker, snapshot_id),
                            run_time=dt.datetime.now(dt.UTC))
     built_since = time.time() - 2  # page times of a coarse-grained file system included
+    keep_newest_runs(context)  # this run's index build then drops the removed runs' pages
     result = checkpoint.run(batch_parameters=frames, run_id=run_id)
-    index = _docs_index(context)
+    index = docs_index_page(context)
     _open_offline(index.parent, built_since)
     return _summarize(result.run_results.values(), index, time.monotonic() - started)
 
@@ -460,7 +463,7 @@ def _run_name(broker: str, snapshot_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", f"{broker}.{snapshot_id}")
 
 
-def _docs_index(context: AbstractDataContext) -> Path:
+def docs_index_page(context: AbstractDataContext) -> Path:
     url = context.get_docs_sites_urls(site_name=DOCS_SITE)[0]["site_url"]
     return Path(unquote(urlparse(url).path))
 
