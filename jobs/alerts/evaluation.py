@@ -776,7 +776,7 @@ def condition_history(registry: Registry, rules: AlertRules, broker: str,
     a reminder can fall due), re-derived from their stored rows. Great Expectations
     results are not stored per snapshot, so they are not part of it
     (docs/checks-and-alerts.md)."""
-    from jobs.check.consumer_status import checked_snapshots
+    from jobs.check.consumer_status import checked_snapshots, rows_newest_first
     from jobs.lakehouse import tables as T
 
     earlier = [s for s in checked_snapshots(registry, broker, snapshot_id)
@@ -787,9 +787,8 @@ def condition_history(registry: Registry, rules: AlertRules, broker: str,
     horizon = earlier[-1].taken_at - timedelta(days=days) \
         if earlier and days is not None and earlier[-1].taken_at is not None else None
     history: list[Conditions] = []
-    for snap in reversed(earlier):
-        read = {name: registry.read_rows(name, broker=broker, snapshot_id=snap.snapshot_id)
-                for name in (T.CHECK_RESULTS, T.CONSUMER_LAG, T.CONSUMER_STATUS)}
+    for snap, read in rows_newest_first(registry, (T.CHECK_RESULTS, T.CONSUMER_LAG,
+                                                   T.CONSUMER_STATUS), broker, earlier[::-1]):
         if not read[T.CONSUMER_LAG] and not read[T.CHECK_RESULTS]:
             continue  # never checked: no conditions known, not "all clear"
         history.insert(0, Conditions(snap.snapshot_id, snap.taken_at, by_key(snapshot_findings(

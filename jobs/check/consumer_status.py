@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -324,6 +324,25 @@ def checked_snapshots(registry: Registry, broker: str, snapshot_id: str) -> list
     return [Snapshot(r["snapshot_id"], r["taken_at"]) for r in ordered]
 
 
+def rows_newest_first(registry: Registry, tables: Sequence[str], broker: str,
+                      snapshots: Sequence[Snapshot], chunk: int = 8
+                      ) -> Iterator[tuple[Snapshot, dict[str, list[dict[str, Any]]]]]:
+    """Each of ``snapshots`` (newest first) with its rows of every table in ``tables``,
+    read ``chunk`` snapshots at a time: a caller that walks back until it has what it
+    needs (a window, a horizon) opens each table once or twice, not once per snapshot."""
+    for start in range(0, len(snapshots), chunk):
+        part = snapshots[start:start + chunk]
+        ids = [snap.snapshot_id for snap in part]
+        by_table: dict[str, dict[str, list[dict[str, Any]]]] = {}
+        for table in tables:
+            grouped: dict[str, list[dict[str, Any]]] = {}
+            for row in registry.read_rows(table, broker=broker, snapshot_id=ids):
+                grouped.setdefault(row["snapshot_id"], []).append(row)
+            by_table[table] = grouped
+        for snap in part:
+            yield snap, {table: by_table[table].get(snap.snapshot_id, []) for table in tables}
+
+
 def lag_window(registry: Registry, broker: str, snapshot_id: str, depth: int
                ) -> tuple[list[Snapshot], dict[str, list[dict[str, Any]]]]:
     """The broker's last ``depth`` checked snapshots up to ``snapshot_id``, newest first
@@ -333,8 +352,9 @@ def lag_window(registry: Registry, broker: str, snapshot_id: str, depth: int
 
     lag_by_snapshot: dict[str, list[dict[str, Any]]] = {}
     checked: list[Snapshot] = []
-    for snap in reversed(checked_snapshots(registry, broker, snapshot_id)):
-        rows = registry.read_rows(T.CONSUMER_LAG, broker=broker, snapshot_id=snap.snapshot_id)
+    newest_first = checked_snapshots(registry, broker, snapshot_id)[::-1]
+    for snap, read in rows_newest_first(registry, (T.CONSUMER_LAG,), broker, newest_first):
+        rows = read[T.CONSUMER_LAG]
         if rows or snap.snapshot_id == snapshot_id:
             checked.append(snap)
             lag_by_snapshot[snap.snapshot_id] = rows

@@ -39,20 +39,23 @@ def exists(location: str | Path) -> bool:
 
 
 def read_rows(location: str | Path, **equal: object) -> list[dict[str, object]]:
-    """Rows of a Delta table matching ``column=value`` filters; [] when the table was
-    never created (no round trips just to learn that)."""
+    """Rows of a Delta table matching ``column=value`` filters (a list or tuple value:
+    any of its values); [] when the table was never created (no round trips just to
+    learn that)."""
     if not exists(location):
         return []
     return read_arrow(location, **equal).to_pylist()
 
 
 def read_arrow(location: str | Path, **equal: object) -> pa.Table:
-    """The rows of an existing Delta table matching ``column=value`` filters, as Arrow."""
+    """The rows of an existing Delta table matching ``column=value`` filters (a list or
+    tuple value: any of its values), as Arrow."""
     import pyarrow.dataset as ds
 
     condition = None
     for column, value in equal.items():
-        term = ds.field(column) == value
+        term = ds.field(column).isin(list(value)) if isinstance(value, list | tuple) \
+            else ds.field(column) == value
         condition = term if condition is None else condition & term
     return arrow_dataset(location).to_table(filter=condition)
 

@@ -53,6 +53,7 @@ STATUS_COLORS = {"OK": "#2e7d32", "WARN": "#f9a825", "REWIND": "#6a1b9a", "STALL
                  "STOP": "#c62828", "LOST": "#4a0000"}
 # Longest table a page shows; the rest is counted, not listed (the tables hold it all).
 MAX_TABLE_ROWS = 2000
+CHART_SNAPSHOTS = 90  # the history charts' window: a quarter of nightly snapshots
 CHART_HEIGHT = 420
 TIME_FORMAT = "yyyy-MM-dd HH:mm:ss"
 HOUR_FORMAT = "yyyy-MM-dd HH:00"
@@ -185,7 +186,7 @@ def write_report(registry: Registry, broker: str, snapshot_id: str, out_dir: Pat
         current = next((s for s in snapshots if s.snapshot_id == snapshot_id), None)
         if current is None:
             raise ValueError(f"snapshot {snapshot_id!r} of broker {broker!r} is not loaded")
-        data = collect_report_data(tables, broker, current)
+        data = collect_report_data(tables, broker, current, chart_window(snapshots, current))
         page = report_path(out_dir, broker, snapshot_id)
         docs_href = _relative_href(data_docs_index, page.parent) if data_docs_index else None
         _write_atomically(page, render_page(data, docs_href))
@@ -244,16 +245,17 @@ def read_snapshots(tables: DuckDbEngine, broker: str) -> list[SnapshotInfo]:
             for r in rows]
 
 
-def collect_report_data(tables: DuckDbEngine, broker: str,
-                        snapshot: SnapshotInfo) -> ReportData:
-    """Run the page's aggregations; each returns at most a few thousand rows."""
+def collect_report_data(tables: DuckDbEngine, broker: str, snapshot: SnapshotInfo,
+                        window: list[str]) -> ReportData:
+    """Run the page's aggregations; each returns at most a few thousand rows; the history
+    charts show the snapshots of ``window`` (:func:`chart_window`)."""
     this = f"broker = {sql_string(broker)} AND snapshot_id = {sql_string(snapshot.snapshot_id)}"
     queues, queues_truncated = _queue_lag(tables, this)
     finding_rows, findings_truncated = _findings(tables, this)
     return ReportData(
         broker=broker, snapshot=snapshot,
-        lag_history=_lag_history(tables, broker, snapshot.seq),
-        status_history=_status_history(tables, broker, snapshot.seq),
+        lag_history=_lag_history(tables, broker, window),
+        status_history=_status_history(tables, broker, window),
         statuses=_group_statuses(tables, this),
         groups=_group_lag(tables, this), queues=queues, queues_truncated=queues_truncated,
         volume=_volume(tables, broker, snapshot.snapshot_id),
@@ -271,34 +273,47 @@ COUNTED_LAG = (f"CASE WHEN status IN ({', '.join(map(sql_string, LAG_STATUSES))}
                f"THEN {_non_negative('lag_messages')} END")
 
 
-def _placed_snapshots(broker: str, up_to_seq: int) -> str:
-    """The broker's snapshots up to this one (a later re-run of an old page does not show
-    the future) that have a taken_at: the others cannot be placed on a time axis."""
+def chart_window(snapshots: list[SnapshotInfo], current: SnapshotInfo) -> list[str]:
+    """The ids of the snapshots the history charts show: the newest ``CHART_SNAPSHOTS`` up
+    to this one (a later re-run of an old page does not show the future) that have a
+    taken_at (the others cannot be placed on a time axis). A window, so that a page
+    reads and draws the same rows at night 1,000 as at night 100."""
+    placed = [s.snapshot_id for s in snapshots if s.seq <= current.seq and s.taken_at]
+    return placed[-CHART_SNAPSHOTS:]
+
+
+def _placed_snapshots(broker: str, window: list[str]) -> str:
+    """The window's snapshots with their time as the chart's x."""
     return f"""
         SELECT snapshot_id, snapshot_seq, {_utc_text('taken_at')} AS x FROM {SNAPSHOTS}
-        WHERE broker = {sql_string(broker)} AND snapshot_seq <= {up_to_seq}
-          AND taken_at IS NOT NULL"""
+        WHERE broker = {sql_string(broker)} AND snapshot_id IN ({_ids(window)})"""
 
 
-def _lag_history(tables: DuckDbEngine, broker: str, up_to_seq: int) -> list[LagPoint]:
-    """Lag per group per snapshot up to this one."""
+def _ids(window: list[str]) -> str:
+    return ", ".join(sql_string(s) for s in window) or "NULL"
+
+
+def _lag_history(tables: DuckDbEngine, broker: str, window: list[str]) -> list[LagPoint]:
+    """Lag per group per snapshot of the window."""
     rows = _rows(tables, f"""
         SELECT l.group_name, s.snapshot_id, s.snapshot_seq, s.x, sum({COUNTED_LAG}) AS lag
-        FROM {CONSUMER_LAG} l JOIN ({_placed_snapshots(broker, up_to_seq)}) s
+        FROM {CONSUMER_LAG} l JOIN ({_placed_snapshots(broker, window)}) s
           ON s.snapshot_id = l.snapshot_id
-        WHERE l.broker = {sql_string(broker)}
+        WHERE l.broker = {sql_string(broker)} AND l.snapshot_id IN ({_ids(window)})
         GROUP BY l.group_name, s.snapshot_id, s.snapshot_seq, s.x
         ORDER BY l.group_name, s.snapshot_seq""")
     return [LagPoint(r["group_name"], r["snapshot_id"], r["x"], r["lag"]) for r in rows]
 
 
-def _status_history(tables: DuckDbEngine, broker: str, up_to_seq: int) -> list[StatusPoint]:
-    """Each group's status at each snapshot up to this one (group rows: a few per night)."""
+def _status_history(tables: DuckDbEngine, broker: str,
+                    window: list[str]) -> list[StatusPoint]:
+    """Each group's status at each snapshot of the window (group rows: a few per night)."""
     rows = _rows(tables, f"""
         SELECT c.group_name, s.snapshot_id, s.x, c.status, c.lag_messages, c.queues
-        FROM {CONSUMER_STATUS} c JOIN ({_placed_snapshots(broker, up_to_seq)}) s
+        FROM {CONSUMER_STATUS} c JOIN ({_placed_snapshots(broker, window)}) s
           ON s.snapshot_id = c.snapshot_id
         WHERE c.broker = {sql_string(broker)} AND c.level = 'group'
+          AND c.snapshot_id IN ({_ids(window)})
         ORDER BY c.group_name, s.snapshot_seq""")
     return [StatusPoint(r["group_name"], r["snapshot_id"], r["x"], r["status"],
                         r["lag_messages"], list(r["queues"] or [])) for r in rows]
