@@ -10,10 +10,12 @@ simply the rows of S. The checks (``jobs.check.checks``) and the lag
 
 Views (``rc_`` = reconcile):
   rc_msg      records in the store at S
-  rc_qe       consume-queue and batch-consume-queue units loaded up to S (all kinds)
-  rc_units    rc_qe's normal units whose record is still in the commitlog at S
+  rc_qe       consume-queue and batch-consume-queue units loaded up to S (all kinds; the
+              columns of positions, sizes and tags only)
+  rc_units    those units (every column) but fillers whose record is still in the
+              commitlog at S
   rc_bounds   per queue: min_offset / max_offset as the broker computes them (spec §4.2)
-  rc_idx      index entries loaded up to S
+  rc_idx      index entries loaded up to S that point into the commitlog at S
   rc_topics, rc_groups, rc_offsets, rc_delay, rc_quarantine, rc_gaps: rows of S
 """
 
@@ -146,19 +148,29 @@ def create_views(engine: CheckEngine, scope: SnapshotScope) -> None:
             WHERE broker = {b} AND first_snapshot_id IN ({visible}) AND inner_index = 0
               AND physical_offset >= {cl_min} AND physical_offset < {cl_max}
               AND {_current("m", "physical_offset")}""",
+        # Every unit loaded up to S, for the queues' bounds and gaps: the one view that
+        # reads the broker's whole queue history (an idle queue's max offset is its last
+        # unit, however old), so it keeps only the columns those need.
         "rc_qe": f"""
-            SELECT * FROM rc_all_queue_entries q
+            SELECT {QUEUE_UNIT_COLUMNS} FROM rc_all_queue_entries q
             WHERE broker = {b} AND first_snapshot_id IN ({visible})
               AND {_current("q", "commitlog_offset")}""",
+        # Read from the table, not from rc_qe: the commitlog range leaves out the files of
+        # older nights (their statistics), so this read does not grow with history.
         "rc_units": f"""
-            SELECT * FROM rc_qe
-            WHERE kind <> 'filler' AND commitlog_offset >= {cl_min}""",
+            SELECT * FROM rc_all_queue_entries q
+            WHERE broker = {b} AND first_snapshot_id IN ({visible})
+              AND kind <> 'filler' AND commitlog_offset >= {cl_min}
+              AND {_current("q", "commitlog_offset")}""",
         # max: next offset to be written (fillers count); min: first unit whose record is
         # still in the commitlog (the broker's correctMinOffset), = max when none is.
         "rc_bounds": _bounds_sql(scope, cl_min),
+        # Entries pointing below the commitlog's start are left out: every check of the
+        # index asks about records the store still holds (a window, not the history).
         "rc_idx": f"""
             SELECT * FROM rc_all_index_entries i
             WHERE broker = {b} AND first_snapshot_id IN ({visible})
+              AND commitlog_offset >= {cl_min}
               AND {_current("i", "commitlog_offset")}""",
         "rc_topics": f"SELECT * FROM rc_all_topics WHERE broker = {b} AND snapshot_id = {s}",
         "rc_groups": f"""
@@ -195,7 +207,9 @@ def create_views(engine: CheckEngine, scope: SnapshotScope) -> None:
 
 
 # Read by most checks: kept in memory for the run (rc_msg without bodies: small).
-CACHED = ("rc_msg", "rc_qe")
+CACHED = ("rc_msg", "rc_qe", "rc_units")
+QUEUE_UNIT_COLUMNS = ("topic, queue_id, queue_type, queue_offset, batch_size, kind, "
+                      "commitlog_offset, size, tags_code")
 MESSAGE_COLUMNS = ", ".join((
     "physical_offset", "total_size", "topic", "queue_id", "queue_offset", "transaction_type",
     "store_time",
