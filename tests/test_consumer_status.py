@@ -1,6 +1,7 @@
 """Consumer statuses over a window of snapshots (jobs/check/consumer_status.py) and the alerts
 that follow their transitions (jobs/alerts/evaluation.py), on consumer_lag rows as
-jobs/check/lag.py writes them. Pure Python: the real-broker scenario is in tests/test_dag.py."""
+jobs/check/lag.py writes them. Pure Python (the history reader on delta-rs tables): the
+real-broker scenario is in tests/test_dag.py."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from jobs.alerts.evaluation import (
     AlertRules,
@@ -18,7 +21,16 @@ from jobs.alerts.evaluation import (
     evaluate,
     snapshot_findings,
 )
-from jobs.check.consumer_status import Rates, Snapshot, StatusSettings, catch_up, status_rows
+from jobs.check.consumer_status import (
+    Rates,
+    Snapshot,
+    StatusSettings,
+    catch_up,
+    rows_newest_first,
+    status_rows,
+)
+from jobs.lakehouse import tables as T
+from jobs.lakehouse.tables import Registry
 
 BROKER = "broker-a"
 T0 = datetime(2026, 11, 20, 2, tzinfo=UTC)
@@ -235,3 +247,25 @@ def test_an_alert_of_recoveries_only_is_info() -> None:
     assert sorted(alert.findings) == [
         "cleared: check crc_failure [error] broker: bytes changed (1 affected)",
         "recovered G: no longer STALL (now below the alerting status)"]
+
+
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(n=st.integers(min_value=1, max_value=19), chunk=st.integers(min_value=1, max_value=9),
+       data=st.data())
+def test_history_is_read_newest_first_a_chunk_at_a_time(tmp_path_factory, n: int,  # type: ignore[no-untyped-def]
+                                                        chunk: int, data) -> None:
+    """rows_newest_first (the status window's and the alert history's reader) gives every
+    snapshot exactly its own rows, newest first, whatever the chunk and whichever
+    snapshots were never checked (no rows)."""
+    registry = Registry(None, tmp_path_factory.mktemp("warehouse"))
+    checked = data.draw(st.sets(st.integers(min_value=0, max_value=n - 1)))
+    for i in sorted(checked):
+        registry.replace_rows(T.CONSUMER_LAG, [lag(f"s{i + 1}", "G", 0, i, i + 5)],
+                              broker=BROKER, snapshot_id=f"s{i + 1}")
+    registry.replace_rows(T.CONSUMER_LAG, [{**lag("s1", "G", 0, 99, 99), "broker": "other"}],
+                          broker="other", snapshot_id="s1")
+    read = [(snap.snapshot_id, [row["consumer_offset"] for row in rows[T.CONSUMER_LAG]])
+            for snap, rows in rows_newest_first(registry, (T.CONSUMER_LAG,), BROKER,
+                                                snaps(n)[::-1], chunk)]
+    assert read == [(f"s{i + 1}", [i] if i in checked else []) for i in reversed(range(n))]

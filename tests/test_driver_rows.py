@@ -53,6 +53,10 @@ def test_rows_read_natively_equal_deltalakes_reader(tmp_path_factory, values, ch
     expected = [row for row in _sorted(reference) if row["broker"] == value]
     assert _sorted(read_arrow(location, broker=value)) == expected
     assert len(expected) == 6
+    # a list of values reads the rows of any of them (the history windows' reads)
+    some = values[:1 + chosen % len(values)]
+    assert _sorted(read_arrow(location, broker=some)) == [
+        row for row in _sorted(reference) if row["broker"] in some]
 
 
 def test_a_spark_written_partitioned_table_reads_the_same(spark, tmp_path):  # type: ignore[no-untyped-def]
