@@ -254,6 +254,15 @@ def test_data_docs_keep_the_newest_runs_and_only_their_pages(damaged: Run,  # ty
     index = docs_index_page(context).read_text()
     assert sum(index.count(f"/{name}/{time}/") for name, time in runs[2:]) >= 2 * tables
     assert not any(f"/{time}/" in index for _, time in runs[:2])
+    # no directory of a removed result or page is left behind (the next retention pass
+    # clears what the site build emptied)
+    assert keep_newest_runs(context, runs=2) == 0
+    results = Path(context.validation_results_store.store_backend.full_base_directory)
+    for root in (results, site / "validations"):
+        empty = [d for d in root.rglob("*") if d.is_dir() and not any(d.iterdir())]
+        assert empty == [], root
+    run_directories = {d.name for d in results.rglob("*") if d.is_dir()}
+    assert not any(time in run_directories for _, time in runs[:2])
 
 
 def test_sql_rules_become_queries_over_the_batch() -> None:

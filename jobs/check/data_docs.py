@@ -7,7 +7,8 @@ night, to show each one's success, asset and batch. Two things keep a night's co
 
 * **Retention** (:func:`keep_newest_runs`): before a run, the results of all but the
   newest ``KEPT_RUNS - 1`` earlier runs are removed from the validations store; the
-  index build of the run then removes their pages (GX's ``skip_and_clean_missing``).
+  index build of the run then removes their pages (GX's ``skip_and_clean_missing``),
+  and the next night's retention their emptied directories.
   The durable record of a night's checks is the lakehouse (``check_results``, the
   ``alerts`` table with every failed rule) and the nightly report; Data Docs show the
   newest week in full detail.
@@ -20,8 +21,10 @@ night, to show each one's success, asset and batch. Two things keep a night's co
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -61,7 +64,32 @@ def keep_newest_runs(context: AbstractDataContext, runs: int = KEPT_RUNS - 1) ->
     if removed:
         log.info("Data Docs: %d validation result(s) of runs older than the newest %d "
                  "removed", removed, runs)
+    # GX's own clean-up of a removed result's directories never runs (its TupleFilesystem
+    # backend tests ``not Path.iterdir()``, a generator, which is never false), so the
+    # directories of every result and page ever written would pile up (3,500 at night 33)
+    # and every later listing walk them: remove the empty ones, results and pages alike.
+    for directory in (Path(store.store_backend.full_base_directory),
+                      _site_validations(context)):
+        remove_empty_directories(directory)
     return removed
+
+
+def _site_validations(context: AbstractDataContext) -> Path:
+    """The site's folder of validation result pages."""
+    from jobs.check.expectations import docs_index_page
+
+    return docs_index_page(context).parent / "validations"
+
+
+def remove_empty_directories(root: Path) -> None:
+    """Remove every empty directory below ``root`` (deepest first; ``root`` is kept)."""
+    if not root.is_dir():
+        return
+    for directory, subdirectories, files in os.walk(root, topdown=False):
+        if directory != str(root) and not files and not any(
+                (Path(directory) / sub).exists() for sub in subdirectories):
+            with contextlib.suppress(OSError):  # a file appeared meanwhile: keep it
+                os.rmdir(directory)
 
 
 class SummarizedSiteIndexBuilder(DefaultSiteIndexBuilder):
