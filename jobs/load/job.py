@@ -236,7 +236,8 @@ class SnapshotLoad:
             if reason is not None:
                 self.progress(f"the store no longer holds the loaded history: {reason}")
                 rewrite = rewrites.find_rewrite(self.registry, self.broker, self.store,
-                                                mark, self.snapshot_id)
+                                                mark, self.snapshot_id,
+                                                rewrites.current_incarnation(history))
         superseded = (rewrites.superseded_message_rows(self.registry, self.broker,
                                                        self.snapshot_id, rewrite, self.store)
                       if rewrite is not None else None)

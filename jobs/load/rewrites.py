@@ -100,8 +100,9 @@ def changed_since_loaded(store: Path, mark: HighWaterMark | None) -> str | None:
 
 
 def find_rewrite(registry: Registry, broker: str, store: Path, mark: HighWaterMark,
-                 snapshot_id: str) -> Rewrite:
-    """The first loaded record the snapshot no longer holds, as a :class:`Rewrite`."""
+                 snapshot_id: str, incarnation: int) -> Rewrite:
+    """The first loaded record the snapshot no longer holds, as a :class:`Rewrite`
+    (``incarnation``: the broker's before this snapshot, :func:`current_incarnation`)."""
     directory = commitlog_source(store).directory
     loaded = current_records(registry, broker, _store_start(directory), snapshot_id)
     offsets = loaded.column("physical_offset").to_pylist()
@@ -113,7 +114,6 @@ def find_rewrite(registry: Registry, broker: str, store: Path, mark: HighWaterMa
     # The records the snapshot still holds are a prefix of the loaded ones: the first
     # one it does not is where the rewrite starts.
     first_gone = _first_false(len(offsets), same)
-    incarnation = current_incarnation(history_of(registry, broker))
     if first_gone == 0:
         kind, incarnation = RESET, incarnation + 1
         from_offset = min(offsets[0], _store_start(directory)) if offsets else 0
@@ -197,7 +197,7 @@ def _row_identity(rows: pa.Table, index: int) -> tuple:
 def rewrites_of(registry: Registry, broker: str, before: str | None = None) -> list[dict]:
     """The broker's ``history_rewrites`` rows of kinds truncated, rewritten and reset
     (only those of other snapshots than ``before``, the one being loaded)."""
-    return [row for row in registry.read_rows(T.HISTORY_REWRITES, broker=broker)
+    return [row for row in history_of(registry, broker)
             if row["kind"] in HISTORY_KINDS and row["snapshot_id"] != before]
 
 
