@@ -28,6 +28,7 @@ import os
 from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlparse
 
 from great_expectations.core import ExpectationSuiteValidationResult
 from great_expectations.data_context.types.resource_identifiers import (
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+DOCS_SITE = "local_site"  # the site GX scaffolds (expectations.DOCS_SITE_CONFIG changes it)
 SUMMARIES_FILE = "rmq_docs_index.json"
 KEPT_RUNS = 7  # check runs (nights) whose results and pages a broker's Data Docs keep
 
@@ -74,10 +76,14 @@ def keep_newest_runs(context: AbstractDataContext, runs: int = KEPT_RUNS - 1) ->
     return removed
 
 
+def docs_index_page(context: AbstractDataContext) -> Path:
+    """The site's index page on disk."""
+    url = context.get_docs_sites_urls(site_name=DOCS_SITE)[0]["site_url"]
+    return Path(unquote(urlparse(url).path))
+
+
 def _site_validations(context: AbstractDataContext) -> Path:
     """The site's folder of validation result pages."""
-    from jobs.check.expectations import docs_index_page
-
     return docs_index_page(context).parent / "validations"
 
 

@@ -35,7 +35,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
-from urllib.parse import unquote, urlparse
 
 import great_expectations as gx
 import great_expectations.expectations as gxe
@@ -55,7 +54,7 @@ from great_expectations.expectations.metadata_types import FailureSeverity
 from great_expectations.expectations.metrics.metric_provider import metric_value
 from great_expectations.expectations.metrics.query_metric_provider import QueryMetricProvider
 
-from jobs.check.data_docs import KEPT_RUNS, keep_newest_runs
+from jobs.check.data_docs import DOCS_SITE, KEPT_RUNS, docs_index_page, keep_newest_runs
 from jobs.check.engines import LOCAL, CheckEngine, SparkEngine, to_duckdb
 from jobs.check.offline_docs import AssetsError, localize_site
 from jobs.lakehouse.contracts import Contract, quote_identifier
@@ -75,7 +74,6 @@ DATASOURCES = {"spark": "rmq_lakehouse", LOCAL: "rmq_lakehouse_pandas"}
 CHECKPOINT = "rmq_snapshot"
 BATCH_DEFINITION = "snapshot_rows"
 SUITE_PREFIX = "rmq."
-DOCS_SITE = "local_site"  # the site GX scaffolds, with two settings changed
 DOCS_SITE_CONFIG = {
     "class_name": "SiteBuilder",
     "show_how_to_buttons": False,
@@ -462,10 +460,6 @@ def _run_name(broker: str, snapshot_id: str) -> str:
     """Run names become directory names and Data Docs links: keep them path- and URL-safe."""
     return re.sub(r"[^A-Za-z0-9._-]", "_", f"{broker}.{snapshot_id}")
 
-
-def docs_index_page(context: AbstractDataContext) -> Path:
-    url = context.get_docs_sites_urls(site_name=DOCS_SITE)[0]["site_url"]
-    return Path(unquote(urlparse(url).path))
 
 
 # --------------------------------------------------------------------------- results
