@@ -140,6 +140,9 @@ def create_views(engine: CheckEngine, scope: SnapshotScope) -> None:
         engine.register(f"rc_all_{name}", name)
     b, s, visible = scope.broker_sql, scope.snapshot_sql, scope.visible_sql
     cl_min, cl_max = scope.commitlog_min_offset, scope.commitlog_max_offset
+    loaded_units = f"""rc_all_queue_entries q
+            WHERE broker = {b} AND first_snapshot_id IN ({visible})
+              AND {_current("q", "commitlog_offset")}"""
     views = {
         # One row per commitlog record (an inner batch's first member stands for it, with
         # the record's own tags, keys and UNIQ_KEY): what queues and the index point at.
@@ -151,17 +154,12 @@ def create_views(engine: CheckEngine, scope: SnapshotScope) -> None:
         # Every unit loaded up to S, for the queues' bounds and gaps: the one view that
         # reads the broker's whole queue history (an idle queue's max offset is its last
         # unit, however old), so it keeps only the columns those need.
-        "rc_qe": f"""
-            SELECT {QUEUE_UNIT_COLUMNS} FROM rc_all_queue_entries q
-            WHERE broker = {b} AND first_snapshot_id IN ({visible})
-              AND {_current("q", "commitlog_offset")}""",
+        "rc_qe": f"SELECT {QUEUE_UNIT_COLUMNS} FROM {loaded_units}",
         # Read from the table, not from rc_qe: the commitlog range leaves out the files of
         # older nights (their statistics), so this read does not grow with history.
         "rc_units": f"""
-            SELECT * FROM rc_all_queue_entries q
-            WHERE broker = {b} AND first_snapshot_id IN ({visible})
-              AND kind <> 'filler' AND commitlog_offset >= {cl_min}
-              AND {_current("q", "commitlog_offset")}""",
+            SELECT * FROM {loaded_units}
+              AND kind <> 'filler' AND commitlog_offset >= {cl_min}""",
         # max: next offset to be written (fillers count); min: first unit whose record is
         # still in the commitlog (the broker's correctMinOffset), = max when none is.
         "rc_bounds": _bounds_sql(scope, cl_min),
