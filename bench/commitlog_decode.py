@@ -38,6 +38,16 @@ MODES = ("naive", "raw", "records", "arrow", "arrow-whole", "arrow-nocrc")
 # ----------------------------------------------------------------------------- data
 
 
+def uniq_key(index: int) -> str:
+    """The UNIQ_KEY (client msgId) of generated message ``index``."""
+    return f"0A0000011A2B00000000{index:012X}"
+
+
+def message_keys(index: int) -> tuple[str, str]:
+    """The KEYS of generated message ``index``: one of its own, one shared by every 97th."""
+    return f"order-{index:012d}", f"user-{index % 97:04d}"
+
+
 def _template_message(index: int, body_size: int,  # type: ignore[no-untyped-def]
                       time_step_ms: int = 1):
     import rmq_encoder as E
@@ -45,9 +55,9 @@ def _template_message(index: int, body_size: int,  # type: ignore[no-untyped-def
     return E.Message(
         topic=("OrderTopic", "PaymentTopic", "AuditTopic")[index % 3],
         body=random.Random(index).randbytes(body_size),
-        properties=[("KEYS", f"order-{index:012d} user-{index % 97:04d}"),
+        properties=[("KEYS", " ".join(message_keys(index))),
                     ("TAGS", f"tag{index % 5}"),
-                    ("UNIQ_KEY", f"0A0000011A2B00000000{index:012X}"),
+                    ("UNIQ_KEY", uniq_key(index)),
                     ("CLUSTER", "DefaultCluster"), ("WAIT", "true")],
         queue_id=index % 4, queue_offset=index // 12,
         born_timestamp=1_700_000_000_000 + index * time_step_ms,
@@ -84,12 +94,12 @@ class FastRecords:
         struct.pack_into(">q", out, 40, 1_700_000_000_000 + index * self.time_step_ms)
         struct.pack_into(">q", out, 56, 1_700_000_000_007 + index * self.time_step_ms)
         out[88 : 88 + self.body_size] = body
-        keys = f"order-{index:012d} user-{index % 97:04d}".encode()
+        keys = " ".join(message_keys(index)).encode()
         out[props_at + 5 : props_at + 5 + len(keys)] = keys
         tag_at = props_at + 5 + len(keys) + 1 + 5
         out[tag_at : tag_at + 4] = f"tag{index % 5}".encode()
         uniq_at = tag_at + 4 + 1 + 9
-        out[uniq_at : uniq_at + 32] = f"0A0000011A2B00000000{index:012X}".encode()
+        out[uniq_at : uniq_at + 32] = uniq_key(index).encode()
         return bytes(out)
 
     def check(self, count: int) -> None:

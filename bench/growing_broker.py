@@ -38,7 +38,7 @@ import struct
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from commitlog_decode import FastRecords
+from commitlog_decode import FastRecords, message_keys, uniq_key
 from store_encoders import IndexWriter, checkpoint_bytes, cq_unit, java_hash, render_fastjson
 
 SEGMENT = 2**20
@@ -162,8 +162,7 @@ class GrowingBroker:
         """The message's keys, as IndexService.buildIndex puts them (UNIQ_KEY, then KEYS)."""
         topic = TOPICS[index % 3]
         store_ms = FIRST_STORE_MS + index * self.records.time_step_ms
-        for key in (f"0A0000011A2B00000000{index:012X}", f"order-{index:012d}",
-                    f"user-{index % 97:04d}"):
+        for key in (uniq_key(index), *message_keys(index)):
             writer = self._index_writer(store_ms)
             if not writer.put(f"{topic}#{key}", physical_offset, store_ms):
                 raise AssertionError("a fresh index file is never full")

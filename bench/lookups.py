@@ -40,6 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
 
+from commitlog_decode import uniq_key  # noqa: E402
 from growing_broker import GrowingBroker  # noqa: E402
 
 BROKER = "lookup-bench"
@@ -49,7 +50,7 @@ RESULTS = ROOT / ".cache" / "bench" / "lookups"
 
 def msg_id(index: int) -> str:
     """The UNIQ_KEY the generator gives message ``index``."""
-    return f"0A0000011A2B00000000{index:012X}"
+    return uniq_key(index)
 
 
 def build(work: Path, messages: int, nights: int) -> list[dict]:

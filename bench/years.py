@@ -40,6 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
 
+from commitlog_decode import message_keys, uniq_key  # noqa: E402
 from growing_broker import GrowingBroker  # noqa: E402
 
 SERIES = {"one": (1, 100), "five": (5, 20)}
@@ -113,8 +114,8 @@ def table_stats(warehouse: Path) -> dict[str, dict[str, int]]:
 
 QUERIES = ("message_by_key", "message_by_msg_id", "consumer_positions",
            "volume_per_topic_hour")
-QUERY_PARAMS = {"message_by_key": {"key": "order-000000000042"},
-                "message_by_msg_id": {"msg_id": f"0A0000011A2B00000000{42:012X}"}}
+QUERY_PARAMS = {"message_by_key": {"key": message_keys(42)[0]},
+                "message_by_msg_id": {"msg_id": uniq_key(42)}}
 
 
 def query_seconds(warehouse: Path, spark=None) -> dict[str, dict[str, float]]:  # type: ignore[no-untyped-def]
