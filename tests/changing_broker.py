@@ -21,12 +21,17 @@ import json
 import os
 import random
 import shutil
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import rmq_encoder as E
 import store_encoders as S
 from hypothesis import strategies as st
+
+from jobs.snapshot.copier import take_snapshot
+from jobs.snapshot.manifest import Manifest
+from jobs.snapshot.sources import StoreSource
 
 TOPICS = ("OrderTopic", "PaymentTopic")
 QUEUES = 2
@@ -165,3 +170,30 @@ class CommitLogLayout:
         """{physical offset: UNIQ_KEY} of every record."""
         return {p.physical_offset: dict(p.message.properties)["UNIQ_KEY"]
                 for p in self.placed}
+
+
+def stamp(root: Path, files_ns: int, directories_ns: int | None = None) -> None:
+    """Give every file of ``root`` the mtime ``files_ns`` and every directory (``root``
+    too) ``directories_ns`` (``files_ns`` when None): what a store looks like to a listing
+    when everything was written in one tick, or in a tick before its directories'."""
+    paths = sorted(root.rglob("*"), key=lambda p: len(p.parts), reverse=True)
+    for path in [*paths, root]:
+        ns = files_ns if path.is_file() or directories_ns is None else directories_ns
+        os.utime(path, ns=(ns, ns))
+
+
+def rewrite_within_the_listings_tick(broker: ChangingBroker, tick_ns: int,
+                                     source: Callable[[Path], StoreSource],
+                                     snapshots: Path, nights: Sequence[str]) -> Manifest:
+    """Snapshot a store whose every mtime is one tick, then truncate and rewrite it and put
+    the same mtimes back (a broker writing in the tick the listing ran in), and snapshot it
+    again; the second manifest."""
+    broker.grow(300)
+    broker.write()
+    stamp(broker.root, tick_ns)
+    take_snapshot(source(broker.root), snapshots, "b", nights[0])
+    broker.truncate(200)
+    broker.grow(150)
+    broker.write()
+    stamp(broker.root, tick_ns)
+    return take_snapshot(source(broker.root), snapshots, "b", nights[1])

@@ -11,7 +11,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from changing_broker import ChangingBroker, nights_changes
+import pytest
+from changing_broker import ChangingBroker, nights_changes, rewrite_within_the_listings_tick, stamp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -99,3 +100,28 @@ def test_a_truncated_and_rewritten_commitlog_is_copied_whole_and_named(tmp_path)
     assert "rewritten since then" in manifest.summary()
     copy = snapshot_store(tmp_path / "snap", "b", NIGHTS[1])
     assert sha256_of_every_file(copy) == sha256_of_every_file(broker.root)
+
+
+def test_a_rewrite_in_the_tick_of_the_listing_is_not_hidden_by_its_mtime(tmp_path):  # type: ignore[no-untyped-def]
+    broker = ChangingBroker(tmp_path / "store", file_size=1024 * 1024)
+    manifest = rewrite_within_the_listings_tick(broker, broker.clock_ns, LocalSource,
+                                                tmp_path / "snap", NIGHTS[:2])
+    copy = snapshot_store(tmp_path / "snap", "b", NIGHTS[1])
+    assert sha256_of_every_file(copy) == sha256_of_every_file(broker.root)
+    assert f"commitlog/{0:020d}" in {f.path for f in manifest.rewritten}
+
+
+@pytest.mark.parametrize("directories_later", [True, False])
+def test_an_mtime_is_trusted_alone_only_once_the_listing_saw_a_later_one(
+        tmp_path, directories_later):  # type: ignore[no-untyped-def]
+    broker = ChangingBroker(tmp_path / "store", file_size=256 * 1024)
+    broker.grow(400)
+    broker.write()
+    tick = broker.clock_ns
+    stamp(broker.root, tick, tick + 10**9 if directories_later else tick)
+    first = take_snapshot(LocalSource(broker.root), tmp_path / "snap", "b", NIGHTS[0])
+    assert all(f.mtime_settled == directories_later for f in first.files)
+    again = take_snapshot(LocalSource(broker.root), tmp_path / "snap", "b", NIGHTS[1])
+    assert again.rewritten == []
+    # nothing changed: settled files are not read at all; the others are probed
+    assert (again.confirm_bytes == 0) == directories_later

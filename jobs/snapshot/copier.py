@@ -267,13 +267,14 @@ class _Copier:
                    reuse: int) -> bool:
         """Whether ``[0, reuse)`` of the previous snapshot's copy is still the broker's.
 
-        A file unchanged since (same size and mtime) is not read at all. Otherwise its first
+        A file unchanged since (same size and mtime, an mtime the previous listing saw
+        settled: ``SourceFile.mtime_settled``) is not read at all. Otherwise its first
         bytes and the window just below ``reuse`` are read from the broker and compared:
         an append-only file that was truncated and written again (a failover's truncation,
         a reset or re-provisioned store, a restored backup) differs there, and is then
         copied whole instead. Bytes between the two probes are not compared (see
         docs/nightly-dag.md, "Stores that change")."""
-        if before.mtime_ns == file.mtime_ns or reuse <= 0:
+        if (before.mtime_ns == file.mtime_ns and before.mtime_settled) or reuse <= 0:
             return True
         assert self.previous_store is not None
         probes = _probe_ranges(reuse, growth.confirm_window)
@@ -312,7 +313,8 @@ class _Copier:
         destination.parent.mkdir(parents=True, exist_ok=True)
         os.link(self.previous_store / file.relative, destination)
         return FileEntry(file.relative, kind.value, file.size, before.data_length,
-                         before.sha256, LINKED, 0, before.data_length, True, file.mtime_ns)
+                         before.sha256, LINKED, 0, before.data_length, True, file.mtime_ns,
+                         mtime_settled=file.mtime_settled)
 
     def _write(self, file: SourceFile, kind: FileKind, growth: Growth, finished: bool,
                reuse: int, walked_to: int) -> FileEntry | None:
@@ -342,7 +344,8 @@ class _Copier:
         os.chmod(destination, 0o444)
         return FileEntry(file.relative, kind.value, file.size, end, digest.finish(end),
                          COPIED, read, reuse, finished, file.mtime_ns,
-                         _resume_at(destination, growth, walked_to, end))
+                         _resume_at(destination, growth, walked_to, end),
+                         mtime_settled=file.mtime_settled)
 
     def _copy_from_broker(self, file: SourceFile, reader: FileReader, fd: int,
                           growth: Growth, start: int, digest: _ZeroAwareHash) -> tuple[int, int]:

@@ -55,6 +55,9 @@ class FileEntry:
     finished: bool          # a later file of its queue has data: it will not change
     mtime_ns: int
     resume_at: int = 0      # where the next snapshot re-reads this file from the broker
+    # A later write would change mtime_ns (sources.SourceFile.mtime_settled): only then may
+    # the next snapshot take an equal mtime for "unchanged" without reading a byte.
+    mtime_settled: bool = False
     # The broker rewrote this file below what the previous snapshot held: the first byte
     # where it differs from that copy (the file was then copied whole); None otherwise.
     rewritten_at: int | None = None

@@ -26,11 +26,36 @@ MAX_DEPTH = 8              # a store is 4 levels deep at most (consumequeue/topi
 
 @dataclass(frozen=True)
 class SourceFile:
-    """One regular file of the store: path relative to the store root (POSIX form)."""
+    """One regular file of the store: path relative to the store root (POSIX form).
+
+    ``mtime_settled``: a write to the file after it was listed would change its mtime.
+    The source's listing saw, before this file, an entry modified strictly later than
+    this file was: the broker host's clock had passed this mtime's tick by then, so any
+    later write stamps a later one. An mtime written in the tick the file was listed in
+    (git's "racy clean" files) is not settled: the next snapshot does not trust it alone.
+    The rule needs no clock of this machine, so it holds for SFTP's whole seconds and for
+    a mount whose file server keeps the time.
+    """
 
     relative: str
     size: int
     mtime_ns: int
+    mtime_settled: bool = False
+
+
+class ListingClock:
+    """The newest mtime among the entries a walk has listed so far (the broker's clock
+    had reached it), in the order the source read their attributes."""
+
+    def __init__(self) -> None:
+        self.newest_ns = -1
+
+    def settled(self, mtime_ns: int) -> bool:
+        """Whether ``mtime_ns`` is strictly older than an entry listed before; then note
+        it as listed."""
+        settled = mtime_ns < self.newest_ns
+        self.newest_ns = max(self.newest_ns, mtime_ns)
+        return settled
 
 
 class FileReader(Protocol):
@@ -83,8 +108,10 @@ class LocalSource:
             raise SourceError(f"{self.root}: not a directory (is the store path right?)")
         found = []
         seen: set[tuple[int, int]] = set()
+        clock = ListingClock()
         for directory, dirs, names in os.walk(self.root, followlinks=True):
             info = os.stat(directory)
+            clock.settled(info.st_mtime_ns)
             if (info.st_dev, info.st_ino) in seen:  # a link loop: walked already
                 self.skipped.append(f"{Path(directory).relative_to(self.root)}: directory "
                                     "reached twice through links, not copied again")
@@ -99,8 +126,10 @@ class LocalSource:
                 except OSError as error:
                     self.skipped.append(f"{relative}: cannot be read ({error})")
                     continue
+                settled = clock.settled(info.st_mtime_ns)
                 if stat.S_ISREG(info.st_mode):
-                    found.append(SourceFile(relative, info.st_size, info.st_mtime_ns))
+                    found.append(SourceFile(relative, info.st_size, info.st_mtime_ns,
+                                            settled))
                 else:
                     self.skipped.append(f"{relative}: not a regular file, not copied")
         return sorted(found, key=lambda f: f.relative)
@@ -144,6 +173,11 @@ class _SftpReader:
         self.handle.close()
 
 
+def _whole_seconds_ns(mtime: float | int | None) -> int:
+    """SFTP v3 carries whole seconds only."""
+    return int(mtime or 0) * 1_000_000_000
+
+
 class SftpSource:
     """A store on another host, read through an SFTP client (paramiko's interface)."""
 
@@ -155,25 +189,31 @@ class SftpSource:
 
     def list_files(self) -> list[SourceFile]:
         try:
-            return sorted(self._walk(self.root), key=lambda f: f.relative)
+            return sorted(self._walk(self.root, ListingClock()), key=lambda f: f.relative)
         except OSError as error:
             raise SourceError(f"{self.label}: cannot list the store: {error}") from error
 
-    def _walk(self, directory: PurePosixPath, depth: int = 0) -> Iterator[SourceFile]:
-        for entry in self.sftp.listdir_attr(str(directory)):
+    def _walk(self, directory: PurePosixPath, clock: ListingClock,
+              depth: int = 0) -> Iterator[SourceFile]:
+        # The server read a directory's attributes in its listing's order, before any
+        # subdirectory's: the clock follows that order, then the walk descends.
+        listed = [(entry, clock.settled(_whole_seconds_ns(entry.st_mtime)))
+                  for entry in self.sftp.listdir_attr(str(directory))]
+        for entry, settled in listed:
             path = directory / entry.filename
             relative = str(path.relative_to(self.root))
             if stat.S_ISLNK(entry.st_mode):  # follow it, as the local source does
                 entry = self.sftp.stat(str(path))
+                settled = clock.settled(_whole_seconds_ns(entry.st_mtime))
             if stat.S_ISDIR(entry.st_mode):
                 if depth >= MAX_DEPTH:
                     self.skipped.append(f"{relative}: deeper than {MAX_DEPTH} directories "
                                         "(a link loop?), not copied")
                 else:
-                    yield from self._walk(path, depth + 1)
+                    yield from self._walk(path, clock, depth + 1)
             elif stat.S_ISREG(entry.st_mode):
-                # SFTP v3 carries whole seconds only.
-                yield SourceFile(relative, entry.st_size, int(entry.st_mtime) * 1_000_000_000)
+                yield SourceFile(relative, entry.st_size, _whole_seconds_ns(entry.st_mtime),
+                                 settled)
             else:
                 self.skipped.append(f"{relative}: not a regular file, not copied")
 
