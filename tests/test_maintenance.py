@@ -3,22 +3,19 @@ and a VACUUM that never removes what a running load wrote or still reads."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
-from hypothesis import HealthCheck, assume, given, settings
-from hypothesis import strategies as st
 from lakehouse import delta_rows, load
 
 from jobs.lakehouse import tables as T
 from jobs.lakehouse.contracts import load_contracts
 from jobs.lakehouse.locks import try_lock
 from jobs.lakehouse.tables import table_location
-from jobs.maintain.maintenance import SKIPPED, compactions, maintain_tables, table_state
+from jobs.maintain.maintenance import SKIPPED, maintain_tables, table_state
 from jobs.maintain.policy import BROKER, POLICIES
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]
@@ -80,40 +77,6 @@ def test_a_table_held_by_another_maintenance_is_skipped(spark, broker_stores,  #
         recorded = {r["table_name"]: r for r in maintain_tables(warehouse, NAME)}
     assert recorded[T.MESSAGES]["outcome"] == SKIPPED
     assert recorded[T.TOPICS]["outcome"] == "done"
-
-
-@settings(max_examples=15, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(files=st.lists(st.integers(0, 10), min_size=1, max_size=3),
-       large=st.lists(st.integers(0, 2), min_size=3, max_size=3),
-       wait_for=st.integers(3, 9))
-def test_a_lookup_bucket_is_compacted_once_it_has_gathered_enough_small_files(
-        tmp_path_factory, files: list[int], large: list[int], wait_for: int) -> None:
-    """message_lookup's policy: a partition is rewritten only once it holds
-    ``min_small_files`` files below the target; files at the target do not count."""
-    from deltalake import write_deltalake
-
-    assume(sum(files) + sum(large[:len(files)]) > 0)
-    location = tmp_path_factory.mktemp("buckets")
-    small_row = pa.table({"bucket": ["?"], "value": ["v"]})
-    for index, count in enumerate(files):
-        bucket = "0123456789abcdef"[index]
-        for _ in range(count):
-            write_deltalake(location, small_row.set_column(0, "bucket", pa.array([bucket])),
-                            partition_by=["bucket"], mode="append")
-        for _ in range(large[index]):
-            big = pa.table({"bucket": [bucket] * 20_000,
-                            "value": [f"{i:08d}" for i in range(20_000)]})
-            write_deltalake(location, big, partition_by=["bucket"], mode="append")
-    table = DeltaTable(str(location))
-    sizes = [a["size_bytes"] for a in pa.RecordBatchReader.from_stream(
-        table.get_add_actions(flatten=True)).read_all().to_pylist()]
-    target = (min(sizes) + max(sizes)) // 2 if len(set(sizes)) > 1 else max(sizes) + 1
-    policy = dataclasses.replace(POLICIES[T.MESSAGE_LOOKUP], target_file_bytes=target,
-                                 min_small_files=wait_for)
-    expected = [[("bucket", "=", "0123456789abcdef"[i])] for i, count in enumerate(files)
-                if count >= wait_for]
-    assert compactions(table, policy, NAME) == expected
 
 
 def test_a_compaction_plans_from_the_table_as_it_is_once_the_lock_is_taken(

@@ -4,8 +4,9 @@
 ``python -m jobs maintain --broker NAME``). For every table, per its policy
 (:mod:`jobs.maintain.policy`):
 
-1. **compaction**: bin-packing of small files into files of the policy's target size, in
-   the broker's own partition (scope ``broker``) or across the table (scope ``table``);
+1. **compaction**: size-tiered merges of files below the policy's target size
+   (:mod:`jobs.maintain.compaction`), in the broker's own partitions (scope ``broker``) or
+   across the table (scope ``table``);
 2. **VACUUM**: deletes files no version within ``time_travel_days`` refers to, so time
    travel keeps working for that many days and storage stops growing with history;
 3. **checkpoint**: a checkpoint of the newest version, and log entries older than the
@@ -15,7 +16,7 @@
 Two maintenances never work on the same thing at once: each (table, scope) and each
 table's VACUUM is taken with a non-blocking lock (:mod:`jobs.lakehouse.locks`); a
 maintenance that finds one taken skips it ("skipped": the other one does the work).
-Compaction commits with ``dataChange = false``, which Delta never counts as a conflict for
+A merge commits with ``dataChange = false``, which Delta never counts as a conflict for
 blind appends, so loads of other brokers go on meanwhile.
 
 Runs on the driver with delta-rs: no JVM, no Spark application, no pool slot.
@@ -38,6 +39,14 @@ from jobs.lakehouse.contracts import load_contract
 from jobs.lakehouse.driver_rows import append_rows, exists
 from jobs.lakehouse.locks import try_lock
 from jobs.lakehouse.tables import table_location
+from jobs.maintain.compaction import (
+    CompactionError,
+    DataFile,
+    clear_scratch,
+    data_files,
+    merge_files,
+    merge_plan,
+)
 from jobs.maintain.policy import BROKER, POLICIES, TablePolicy
 
 log = logging.getLogger(__name__)
@@ -106,26 +115,37 @@ def maintain_tables(warehouse: str | Path, broker: str, *,
     return rows
 
 
-def compactions(table: Any, policy: TablePolicy, broker: str) -> list[list[tuple] | None]:
-    """The partition filters of each compaction to run now: the broker's partition (scope
-    broker), the whole table, or, for a policy that waits for ``min_small_files``, each
-    partition that has gathered that many files below the target (none otherwise)."""
+def compactions(table: Any, policy: TablePolicy, broker: str) -> list[list[DataFile]]:
+    """The merges to run now (:func:`jobs.maintain.compaction.merge_plan`): in the broker's
+    own partitions (scope broker) or anywhere in the table."""
+    files = data_files(table)
     if policy.scope == BROKER:
-        return [[("broker", "=", broker)]]
-    if policy.min_small_files <= 2:
-        return [None]  # delta-rs merges nothing in a partition with fewer than two
-    import pyarrow as pa
+        files = [f for f in files if dict(f.partition).get("broker") == broker]
+    return merge_plan(files, policy.tiers)
 
-    adds = pa.RecordBatchReader.from_stream(table.get_add_actions(flatten=True)).read_all()
-    columns = [c for c in adds.column_names if c.startswith("partition.")]
-    small: dict[tuple, int] = {}
-    for entry in adds.select(["size_bytes", *columns]).to_pylist():
-        if entry["size_bytes"] < policy.target_file_bytes:
-            values = tuple(entry[c] for c in columns)
-            small[values] = small.get(values, 0) + 1
-    names = [c.removeprefix("partition.") for c in columns]
-    return [[(n, "=", v) for n, v in zip(names, values, strict=True)]
-            for values, count in sorted(small.items()) if count >= policy.min_small_files]
+
+def _compact(table: Any, location: str, name: str, policy: TablePolicy, broker: str,
+             row: dict) -> list[str]:
+    """Run tonight's merges (the scope's lock held); notes on merges not committed."""
+    from deltalake.exceptions import CommitFailedError
+
+    scope = broker if policy.scope == BROKER else "table"
+    clear_scratch(location, scope)
+    layout = WRITER_PROPERTIES.get(name)
+    notes: list[str] = []
+    for group in compactions(table, policy, broker):
+        try:
+            written = merge_files(table, location, group, scope, policy.target_file_bytes,
+                                  layout() if layout else None)
+        except (CommitFailedError, CompactionError) as error:
+            notes.append(f"compaction of {len(group)} files not committed ({error}); "
+                         "the next maintenance plans again")
+            continue
+        finally:
+            table.update_incremental()
+        row["files_compacted"] += len(group)
+        row["files_written"] += written
+    return notes
 
 
 class MaintenanceError(RuntimeError):
@@ -143,7 +163,8 @@ def _maintain_table(warehouse: str, location: str, name: str, policy: TablePolic
                  "started_at": started, "outcome": DONE, "detail": None,
                  "files_before": before.files, "bytes_before": before.bytes,
                  "files_compacted": 0, "files_written": 0, "files_vacuumed": 0}
-    notes = []
+    notes: list[str] = []
+    held_by_others = 0
     scope_lock = f"maintain-{name}" + (f"-{broker}" if policy.scope == BROKER else "")
     with try_lock(warehouse, scope_lock) as held:
         if held is not None:
@@ -152,15 +173,10 @@ def _maintain_table(warehouse: str, location: str, name: str, policy: TablePolic
             # compaction planned on that stale version without a conflict (it removes files
             # already removed and adds their rows again: the partition's rows doubled).
             table.update_incremental()
-            layout = WRITER_PROPERTIES.get(name)
-            for filters in compactions(table, policy, broker):
-                metrics = table.optimize.compact(
-                    partition_filters=filters, target_size=policy.target_file_bytes,
-                    writer_properties=layout() if layout else None)
-                row["files_compacted"] += int(metrics.get("numFilesRemoved", 0))
-                row["files_written"] += int(metrics.get("numFilesAdded", 0))
+            notes += _compact(table, location, name, policy, broker, row)
         else:
             notes.append("compaction: another maintenance holds it")
+            held_by_others += 1
     with try_lock(warehouse, f"vacuum-{name}") as held:
         if held is not None:
             table.update_incremental()
@@ -171,12 +187,13 @@ def _maintain_table(warehouse: str, location: str, name: str, policy: TablePolic
             table.cleanup_metadata()
         else:
             notes.append("VACUUM and checkpoint: another maintenance holds them")
+            held_by_others += 1
     table.update_incremental()
     after = table_state(location, table)
     row.update({"files_after": after.files, "bytes_after": after.bytes,
                 "delta_version": after.version, "checkpoint_version": after.checkpoint_version,
                 "log_files": after.log_files, "log_bytes": after.log_bytes,
                 "seconds": round(time.monotonic() - clock, 3),
-                "outcome": SKIPPED if len(notes) == 2 else DONE,
+                "outcome": SKIPPED if held_by_others == 2 else DONE,
                 "detail": "; ".join(notes) or None})
     return row

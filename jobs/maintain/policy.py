@@ -1,23 +1,22 @@
 """How each table is kept small and fast for years: compaction, VACUUM, checkpoints.
 
-Every table is compacted by **bin-packing** (Delta's ``OPTIMIZE``: small files of a
-partition rewritten into files of up to ``target_file_bytes``), never re-sorted:
+Every table is compacted **size-tiered** (:mod:`jobs.maintain.compaction`): a
+partition's files below ``target_file_bytes`` are merged a tier at a time, never re-sorted,
+so a night rewrites about what the night added (each byte once per tier), not the history:
 
 * no query of the lakehouse filters on a column that sorting would help more than the
   partitioning and statistics already do: per-snapshot tables are read by
-  ``broker``/``snapshot_id`` and their files are written in snapshot order, so bin-packing
-  in that order keeps each file's ``snapshot_id`` range tight for data skipping; facts are
-  read by ``store_date`` (a partition) or by ``broker`` and position ranges, which arrive
-  in order;
+  ``broker``/``snapshot_id`` and their files are written in snapshot order, and merges
+  keep that order (oldest file first), so each file's ``snapshot_id`` range stays tight
+  for data skipping; facts are read by ``store_date`` (a partition) or by ``broker`` and
+  position ranges, which arrive in order;
 * Z-order rewrites a whole partition each time it runs, and liquid clustering cannot be
   combined with the partitions that keep the brokers' writes apart.
 
-A compaction rewrites at most ``target_file_bytes`` of old data per partition per night
-(files at the target size are left alone), so its cost stays flat as history grows.
-A table whose every night adds a small file to each of many partitions (message_lookup's
-sixteen buckets) waits until a partition has ``min_small_files`` files below the target:
-rewriting each bucket's one unfinished file every night would cost sixteen targets a
-night for a few MiB of new rows, and a lookup reads few files either way.
+Files below ``floor_bytes`` (tier 0) are merged once a partition has ``min_small_files``
+of them: cheap, and small tables stay one file. A table whose every night adds a small
+file to each of many partitions (message_lookup's sixteen buckets) waits for eight, and
+merges eight of a tier at a time: a lookup reads few files either way.
 
 **Scope** decides who compacts what, so that maintenance never conflicts with a writer:
 
@@ -34,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from jobs.lakehouse import tables as T
+from jobs.maintain.compaction import TieredPolicy
 
 MIB = 2**20
 BROKER, TABLE = "broker", "table"
@@ -44,7 +44,14 @@ class TablePolicy:
     scope: str               # BROKER or TABLE, see above
     target_file_bytes: int   # compaction target; files this large are left alone
     why: str
-    min_small_files: int = 2  # a partition is compacted once it has this many smaller files
+    min_small_files: int = 2  # tier 0 (below floor_bytes) is merged once it has this many
+    fanout: int = 4           # a higher tier is merged once it has this many files
+    floor_bytes: int = MIB    # tier 0: files this small cost little to rewrite every night
+
+    @property
+    def tiers(self) -> TieredPolicy:
+        return TieredPolicy(self.target_file_bytes, self.floor_bytes, self.min_small_files,
+                            self.fanout)
 
 
 _FACTS = TablePolicy(TABLE, 128 * MIB, "appended by every load; large scans: files of "
@@ -55,7 +62,7 @@ _PER_BROKER = TablePolicy(BROKER, 32 * MIB, "rows replaced per (broker, snapshot
                                             "file per broker partition after compaction")
 _LOOKUP = TablePolicy(TABLE, 32 * MIB, "a small sorted file per bucket per night, read by "
                                       "Bloom filter: bucket files merged eight at a time",
-                      min_small_files=8)
+                      min_small_files=8, fanout=8)
 _BOOKKEEPING = TablePolicy(TABLE, 32 * MIB, "an audit log appended by every run: a few "
                                             "files in all")
 

@@ -1,0 +1,212 @@
+"""Size-tiered compaction: each night rewrites what the night added, not the history.
+
+Delta's ``OPTIMIZE`` (delta-rs' ``optimize.compact``) bin-packs *every* file of a
+partition below the target size. A fact table that gains a few MiB a night keeps one
+growing file below its 128 MiB target, and each night's compaction rewrote that file with
+the night's new one: the maintenance of night ``n`` read and wrote ``n`` nights of rows,
+until the file reached the target (months, at a few MiB a night).
+
+Here a partition's files below the target are sorted into **tiers** by size, as in
+Cassandra's size-tiered compaction or an LSM tree: tier 0 holds the files below
+``floor_bytes``; tier ``t`` the files in ``[floor * fanout**(t-1), floor * fanout**t)``.
+A tier is merged, together with every smaller file of the partition, once it holds
+``fanout`` files (tier 0: ``min_small_files``), the lowest such tier first, one merge per
+partition per night. A merge of ``fanout`` files of one tier writes a file of the next, so
+every byte is rewritten about once per tier — ``log_fanout(target / floor)`` times in all,
+whatever the history — and the files below the target stay a few per tier. Tier 0 is
+cheap by definition (less than ``floor_bytes``), so small tables are still one file after
+most nights.
+
+delta-rs' own compaction cannot merge a chosen set of files (it takes every file below
+its target), so a merge here is written the way delta-rs writes any file: the chosen
+files are read as one stream and written by ``write_deltalake`` into a scratch table
+beside the table (delta-rs' Parquet writer, writer properties and per-file statistics,
+exactly as its own writes), the file is moved into the partition's directory, and one
+commit removes the chosen files and adds the new one, both with ``dataChange = false``
+(what ``OPTIMIZE`` commits: blind appends of other brokers never conflict with it). A
+merge killed before its commit leaves a file no version refers to, which VACUUM removes,
+and a scratch directory, which the next maintenance of the same scope removes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SCRATCH_PREFIX = ".compaction-"
+
+
+@dataclass(frozen=True)
+class TieredPolicy:
+    """When a partition's files are merged (:mod:`jobs.maintain.policy` gives each table
+    one)."""
+
+    target_file_bytes: int   # files this large are left alone; merges write up to it
+    floor_bytes: int         # tier 0: files below this, merged once there are...
+    min_small_files: int     # ...this many of them
+    fanout: int              # a higher tier is merged once it has this many files
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """One file of the table, as its add action names it."""
+
+    path: str                # relative to the table's root
+    size: int
+    modified_ms: int
+    partition: tuple[tuple[str, str | None], ...]  # (column, value as the log writes it)
+    records: int | None = None  # from its statistics, when it has them
+
+
+def tier(size: int, policy: TieredPolicy) -> int:
+    """0 below the floor, then one more for every ``fanout`` times the size."""
+    level, bound = 0, policy.floor_bytes
+    while size >= bound:
+        level, bound = level + 1, bound * policy.fanout
+    return level
+
+
+def merge_plan(files: Iterable[DataFile], policy: TieredPolicy) -> list[list[DataFile]]:
+    """The merges to run now: at most one per partition, each a list of files oldest
+    first (so rows keep the order they were loaded in)."""
+    partitions: dict[tuple, list[DataFile]] = {}
+    for file in files:
+        if file.size < policy.target_file_bytes:
+            partitions.setdefault(file.partition, []).append(file)
+    merges = []
+    for partition in sorted(partitions, key=repr):
+        group = _partition_merge(partitions[partition], policy)
+        if group:
+            merges.append(sorted(group, key=lambda f: (f.modified_ms, f.path)))
+    return merges
+
+
+def _partition_merge(files: list[DataFile], policy: TieredPolicy) -> list[DataFile]:
+    counts: dict[int, int] = {}
+    for file in files:
+        counts[tier(file.size, policy)] = counts.get(tier(file.size, policy), 0) + 1
+    for level in sorted(counts):
+        needed = policy.min_small_files if level == 0 else policy.fanout
+        if counts[level] >= max(needed, 2):
+            return [f for f in files if tier(f.size, policy) <= level]
+    return []
+
+
+def data_files(table: Any) -> list[DataFile]:
+    """The table's files now (a delta-rs ``DeltaTable``)."""
+    import pyarrow as pa
+
+    adds = pa.RecordBatchReader.from_stream(table.get_add_actions(flatten=False)).read_all()
+    wanted = ("path", "size_bytes", "modification_time", "partition", "num_records")
+    rows = adds.select([c for c in wanted if c in adds.column_names]).to_pylist()
+    return [DataFile(r["path"], r["size_bytes"], r["modification_time"],
+                     tuple((k, partition_string(v))
+                           for k, v in (r.get("partition") or {}).items()),
+                     r.get("num_records"))
+            for r in rows]
+
+
+def partition_string(value: object) -> str | None:
+    """A partition value as the Delta log writes it."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dt.datetime):
+        raise TypeError("timestamp partition values are not compacted here")
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    return str(value)
+
+
+def clear_scratch(location: str | Path, scope: str) -> None:
+    """Remove what killed merges of ``scope`` left (call with the scope's lock held)."""
+    for leftover in Path(location).glob(f"{SCRATCH_PREFIX}{scope}-*"):
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+def merge_files(table: Any, location: str | Path, group: Sequence[DataFile], scope: str,
+                target_file_bytes: int, writer_properties: Any = None,
+                before_commit: Callable[[], None] | None = None) -> int:
+    """Rewrite ``group`` (files of one partition) as one file, or several of up to
+    ``target_file_bytes``; one commit. The number of files written."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+    from deltalake import write_deltalake
+    from deltalake.transaction import AddAction, CommitProperties, RemoveAction
+
+    location = Path(location)
+    partition_columns = list(table.metadata().partition_columns)
+    schema = pa.schema(table.schema().to_arrow())
+    data_schema = pa.schema([f for f in schema if f.name not in partition_columns])
+    rows = ds.dataset([str(location / f.path) for f in group], schema=data_schema,
+                      format="parquet").scanner(use_threads=False).to_reader()
+    scratch = location / f"{SCRATCH_PREFIX}{scope}-{uuid.uuid4().hex}"
+    try:
+        write_deltalake(scratch, rows, mode="error", target_file_size=target_file_bytes,
+                        writer_properties=writer_properties,
+                        configuration=_statistics_settings(table))
+        written = _scratch_adds(scratch)
+        _check_every_row_written(group, written)
+        directory = Path(group[0].path).parent
+        partition = dict(group[0].partition)
+        now_ms = int(time.time() * 1000)
+        actions: list[Any] = []
+        for add in written:
+            path = (directory / Path(add["path"]).name).as_posix()
+            os.replace(scratch / add["path"], location / path)
+            actions.append(AddAction(path, add["size"], partition, add["modificationTime"],
+                                     False, add["stats"]))
+        actions += [RemoveAction(f.path, False, now_ms, size=f.size,
+                                 partition_values=partition) for f in group]
+        if before_commit is not None:
+            before_commit()
+        table.create_write_transaction(
+            actions, mode="append", schema=table.schema(), partition_by=partition_columns,
+            commit_properties=CommitProperties(
+                custom_metadata={"rmq.operation": "tiered compaction"}))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return len(written)
+
+
+class CompactionError(RuntimeError):
+    """A merge would not keep the rows it replaces; nothing was committed."""
+
+
+def _check_every_row_written(group: Sequence[DataFile], written: list[dict]) -> None:
+    """The new files hold as many rows as the files they replace (where both counts are
+    known from statistics), or the merge is not committed."""
+    counts = [json.loads(add["stats"]).get("numRecords") if add.get("stats") else None
+              for add in written]
+    if None in counts or any(f.records is None for f in group):
+        return
+    if sum(counts) != sum(f.records or 0 for f in group):
+        raise CompactionError(f"a merge of {len(group)} files wrote {sum(counts)} rows for "
+                              f"{sum(f.records or 0 for f in group)}: not committed")
+
+
+def _statistics_settings(table: Any) -> dict[str, str | None]:
+    """The table's settings for which columns get file statistics: the merged file's
+    statistics cover what its other files' do."""
+    return {k: v for k, v in table.metadata().configuration.items()
+            if k.startswith("delta.dataSkipping")}
+
+
+def _scratch_adds(scratch: Path) -> list[dict]:
+    """The add actions of the scratch table's one commit (path, size, statistics)."""
+    adds = []
+    for commit in sorted((scratch / "_delta_log").glob("*.json")):
+        for line in commit.read_text().splitlines():
+            action = json.loads(line)
+            if "add" in action:
+                adds.append(action["add"])
+    return adds
