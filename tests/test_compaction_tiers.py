@@ -8,6 +8,7 @@ import json
 import multiprocessing
 import os
 import signal
+from itertools import pairwise
 from pathlib import Path
 from statistics import median
 
@@ -204,3 +205,57 @@ def test_spark_reads_the_merged_files(spark, tmp_path: Path) -> None:  # type: i
     assert frame.count() == 6 * 500
     picked = frame.where("offset = 1234")
     assert [r["body"] for r in picked.collect()] == ["n2-234" * 3]
+
+
+def test_a_merged_file_keeps_load_order_in_row_groups_a_window_read_skips(
+        tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A reader of the newest nights skips the older row groups of a merged file by their
+    statistics (one row group per file made every merged file a whole read)."""
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
+    from jobs.maintain import compaction
+
+    monkeypatch.setattr(compaction, "ROW_GROUP_ROWS", 1000)
+    location = tmp_path / "t"
+    for night in range(9):
+        write_deltalake(location, night_rows(night).drop(["store_date"]), mode="append")
+    table = DeltaTable(str(location))
+    (group,) = merge_plan(data_files(table), POLICY)
+    merge_files(table, location, group, "table", POLICY.target_file_bytes)
+    table.update_incremental()
+    (merged,) = data_files(table)
+    metadata = pq.ParquetFile(location / merged.path).metadata
+    column = metadata.schema.to_arrow_schema().get_field_index("offset")
+    ranges = [(metadata.row_group(i).column(column).statistics.min,
+               metadata.row_group(i).column(column).statistics.max)
+              for i in range(metadata.num_row_groups)]
+    assert len(ranges) == 5 and ranges == sorted(ranges)
+    assert all(high < low for (_, high), (low, _) in pairwise(ranges))
+    fragment = next(ds.dataset(location / merged.path, format="parquet").get_fragments())
+    newest = fragment.subset(ds.field("offset") >= 8 * 500)
+    assert newest.num_row_groups == 1  # the window's row group alone is read
+
+
+def test_a_merged_lookup_bucket_keeps_its_bloom_filters(tmp_path: Path) -> None:
+    """message_lookup's files carry a Bloom filter on lookup_value, which point reads use
+    to skip row groups: a merge writes one too."""
+    import pyarrow.parquet as pq
+
+    from jobs.lakehouse.message_lookup import parquet_options
+
+    location = tmp_path / "lookup"
+    for night in range(3):
+        write_deltalake(location, pa.table({
+            "lookup_bucket": ["a"] * 100,
+            "lookup_value": [f"v{night}-{i}" for i in range(100)]}),
+            partition_by=["lookup_bucket"], mode="append")
+    table = DeltaTable(str(location))
+    (group,) = merge_plan(data_files(table), POLICY)
+    merge_files(table, location, group, "table", POLICY.target_file_bytes, parquet_options())
+    table.update_incremental()
+    (merged,) = data_files(table)
+    chunk = pq.ParquetFile(location / merged.path).metadata.row_group(0).column(0)
+    assert chunk.path_in_schema == "lookup_value" and chunk.bloom_filter_length > 0
+    assert sorted(table.to_pyarrow_table().column("lookup_value").to_pylist()) == sorted(
+        f"v{n}-{i}" for n in range(3) for i in range(100))

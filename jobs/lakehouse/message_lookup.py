@@ -50,6 +50,13 @@ def position_value(topic: str, queue_id: int, queue_offset: int) -> str:
     return f"{topic} {queue_id} {queue_offset}"
 
 
+def parquet_options() -> dict[str, object]:
+    """The same settings for pyarrow's Parquet writer (maintenance's merges)."""
+    return {"compression": "zstd", "row_group_size": ROW_GROUP_ROWS,
+            "bloom_filter_options": {"lookup_value": {"ndv": ROW_GROUP_ROWS,
+                                                      "fpp": BLOOM_FPP}}}
+
+
 def writer_properties() -> WriterProperties:
     """Parquet settings of every file of the table: zstd, small row groups, and a Bloom
     filter on ``lookup_value`` (used by DataFusion and Spark alike to skip row groups)."""

@@ -18,11 +18,13 @@ cheap by definition (less than ``floor_bytes``), so small tables are still one f
 most nights.
 
 delta-rs' own compaction cannot merge a chosen set of files (it takes every file below
-its target), so a merge here is written the way delta-rs writes any file: the chosen
-files are read as one stream and written by ``write_deltalake`` into a scratch table
-beside the table (delta-rs' Parquet writer, writer properties and per-file statistics,
-exactly as its own writes), the file is moved into the partition's directory, and one
-commit removes the chosen files and adds the new one, both with ``dataChange = false``
+its target), so a merge is written here: the chosen files are read as one stream, oldest
+first, and written by pyarrow into a scratch directory beside the table, in row groups of
+``ROW_GROUP_ROWS`` rows (each a stretch of nights, so a reader of the newest nights skips
+the others by their statistics); delta-rs derives each new file's statistics from its
+footer as it does for the files it writes; the file is moved into the partition's
+directory, and one commit removes the chosen files and adds the new ones, all with
+``dataChange = false``
 (what ``OPTIMIZE`` commits: blind appends of other brokers never conflict with it). A
 merge killed before its commit leaves a file no version refers to, which VACUUM removes,
 and a scratch directory, which the next maintenance of the same scope removes.
@@ -36,12 +38,17 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 SCRATCH_PREFIX = ".compaction-"
+# Rows per row group of a merged file. A merge concatenates nights in load order, so each
+# row group covers a stretch of nights and its statistics (commitlog offsets, snapshot ids)
+# let a reader of the newest nights skip the rest of the file; one row group per file (the
+# writer's default of a million rows) made a merged file of many nights a whole read.
+ROW_GROUP_ROWS = 128 * 1024
 
 
 @dataclass(frozen=True)
@@ -134,13 +141,14 @@ def clear_scratch(location: str | Path, scope: str) -> None:
 
 
 def merge_files(table: Any, location: str | Path, group: Sequence[DataFile], scope: str,
-                target_file_bytes: int, writer_properties: Any = None,
+                target_file_bytes: int, parquet_options: Mapping[str, Any] | None = None,
                 before_commit: Callable[[], None] | None = None) -> int:
-    """Rewrite ``group`` (files of one partition) as one file, or several of up to
-    ``target_file_bytes``; one commit. The number of files written."""
+    """Rewrite ``group`` (files of one partition) as one file, or several of about
+    ``target_file_bytes``, rows in the group's order; one commit. The number of files
+    written. ``parquet_options``: the table's own Parquet settings for pyarrow's writer
+    (``row_group_size``, ``compression``, Bloom filters), if it has any."""
     import pyarrow as pa
     import pyarrow.dataset as ds
-    from deltalake import write_deltalake
     from deltalake.transaction import AddAction, CommitProperties, RemoveAction
 
     location = Path(location)
@@ -151,17 +159,17 @@ def merge_files(table: Any, location: str | Path, group: Sequence[DataFile], sco
                       format="parquet").scanner(use_threads=False).to_reader()
     scratch = location / f"{SCRATCH_PREFIX}{scope}-{uuid.uuid4().hex}"
     try:
-        write_deltalake(scratch, rows, mode="error", target_file_size=target_file_bytes,
-                        writer_properties=writer_properties,
-                        configuration=_statistics_settings(table))
-        written = _scratch_adds(scratch)
+        scratch.mkdir()
+        _write_in_order(rows, scratch, target_file_bytes,
+                        {**DEFAULT_PARQUET_OPTIONS, **(parquet_options or {})})
+        written = _statistics_of(scratch, _statistics_settings(table))
         _check_every_row_written(group, written)
         directory = Path(group[0].path).parent
         partition = dict(group[0].partition)
         now_ms = int(time.time() * 1000)
         actions: list[Any] = []
         for add in written:
-            path = (directory / Path(add["path"]).name).as_posix()
+            path = (directory / add["path"]).as_posix()
             os.replace(scratch / add["path"], location / path)
             actions.append(AddAction(path, add["size"], partition, add["modificationTime"],
                                      False, add["stats"]))
@@ -176,6 +184,60 @@ def merge_files(table: Any, location: str | Path, group: Sequence[DataFile], sco
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return len(written)
+
+
+# zstd, as the loads write the facts (and delta-rs' own OPTIMIZE), in row groups of
+# ROW_GROUP_ROWS rows.
+DEFAULT_PARQUET_OPTIONS: dict[str, Any] = {"compression": "zstd"}
+
+
+def _write_in_order(rows: Any, directory: Path, target_file_bytes: int,
+                    options: Mapping[str, Any]) -> None:
+    """Write the stream's rows in order into Parquet files of about ``target_file_bytes``
+    (a file is closed once it reaches it), in row groups of ``row_group_size`` rows.
+
+    Written with pyarrow rather than delta-rs' writer: delta-rs plans a write as a
+    DataFusion query whose partitions interleave the stream's batches, so a merged file's
+    row groups would each span the whole range of the nights merged."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    group_rows = options.get("row_group_size", ROW_GROUP_ROWS)
+    writer_options = {k: v for k, v in options.items() if k != "row_group_size"}
+    writer, path, buffered = None, None, []
+    for batch in [*rows, None]:
+        if batch is not None:
+            buffered.append(batch)
+        pending = sum(b.num_rows for b in buffered)
+        while pending >= group_rows or (batch is None and pending):
+            chunk = pa.Table.from_batches(buffered, rows.schema)
+            head, buffered = chunk.slice(0, group_rows), chunk.slice(group_rows).to_batches()
+            if writer is None:
+                path = directory / f"part-00000-{uuid.uuid4()}-c000.zstd.parquet"
+                writer = pq.ParquetWriter(path, rows.schema, **writer_options)
+            writer.write_table(head, row_group_size=group_rows)
+            pending -= head.num_rows
+            if path is not None and path.stat().st_size >= target_file_bytes:
+                writer.close()
+                writer = None
+    if writer is not None:
+        writer.close()
+
+
+def _statistics_of(directory: Path, settings: Mapping[str, str | None]) -> list[dict]:
+    """Add actions (path, size, statistics) for the Parquet files in ``directory``, as
+    delta-rs derives them from each file's footer (``convert_to_deltalake`` does, the same
+    way its writer does for the files it writes)."""
+    from deltalake import convert_to_deltalake
+
+    convert_to_deltalake(str(directory), configuration=dict(settings) or None)
+    adds = []
+    for commit in sorted((directory / "_delta_log").glob("*.json")):
+        for line in commit.read_text().splitlines():
+            action = json.loads(line)
+            if "add" in action:
+                adds.append(action["add"])
+    return adds
 
 
 class CompactionError(RuntimeError):
@@ -199,14 +261,3 @@ def _statistics_settings(table: Any) -> dict[str, str | None]:
     statistics cover what its other files' do."""
     return {k: v for k, v in table.metadata().configuration.items()
             if k.startswith("delta.dataSkipping")}
-
-
-def _scratch_adds(scratch: Path) -> list[dict]:
-    """The add actions of the scratch table's one commit (path, size, statistics)."""
-    adds = []
-    for commit in sorted((scratch / "_delta_log").glob("*.json")):
-        for line in commit.read_text().splitlines():
-            action = json.loads(line)
-            if "add" in action:
-                adds.append(action["add"])
-    return adds

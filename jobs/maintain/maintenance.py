@@ -52,9 +52,9 @@ from jobs.maintain.policy import BROKER, POLICIES, TablePolicy
 log = logging.getLogger(__name__)
 
 DONE, SKIPPED = "done", "skipped"
-# Parquet settings a table's files are written with, when not delta-rs's defaults: the
+# Parquet settings a table's files are written with, when not the merges' defaults: the
 # compaction rewrites them the same way.
-WRITER_PROPERTIES = {T.MESSAGE_LOOKUP: message_lookup.writer_properties}
+PARQUET_OPTIONS = {T.MESSAGE_LOOKUP: message_lookup.parquet_options}
 DEFAULT_TIME_TRAVEL_DAYS = 7.0
 
 
@@ -131,7 +131,7 @@ def _compact(table: Any, location: str, name: str, policy: TablePolicy, broker: 
 
     scope = broker if policy.scope == BROKER else "table"
     clear_scratch(location, scope)
-    layout = WRITER_PROPERTIES.get(name)
+    layout = PARQUET_OPTIONS.get(name)
     notes: list[str] = []
     for group in compactions(table, policy, broker):
         try:
