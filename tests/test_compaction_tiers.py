@@ -259,3 +259,32 @@ def test_a_merged_lookup_bucket_keeps_its_bloom_filters(tmp_path: Path) -> None:
     assert chunk.path_in_schema == "lookup_value" and chunk.bloom_filter_length > 0
     assert sorted(table.to_pyarrow_table().column("lookup_value").to_pylist()) == sorted(
         f"v{n}-{i}" for n in range(3) for i in range(100))
+
+
+def test_a_merge_commits_past_another_brokers_replace_and_appends(tmp_path: Path) -> None:
+    """delta-rs fails a commit that removes files when another partition was replaced
+    since it read (another broker's check rewriting its rows): the merge commits again on
+    the newer version, and every writer's rows are there once."""
+    location = tmp_path / "t"
+    for broker in ("b1", "b2"):
+        for night in range(3):
+            write_deltalake(location, pa.table({"broker": [broker] * 3, "v": [night] * 3}),
+                            partition_by=["broker"], mode="append")
+    table = DeltaTable(str(location))
+    (group,) = [g for g in merge_plan(data_files(table), POLICY)
+                if dict(g[0].partition)["broker"] == "b1"]
+
+    def other_writers() -> None:
+        write_deltalake(location, pa.table({"broker": ["b2"], "v": [9]}),
+                        partition_by=["broker"], mode="overwrite", predicate="broker = 'b2'")
+        write_deltalake(location, pa.table({"broker": ["b1"], "v": [7]}),
+                        partition_by=["broker"], mode="append")
+
+    assert merge_files(table, location, group, "b1", POLICY.target_file_bytes,
+                       before_commit=other_writers) == 1
+    rows = DeltaTable(str(location)).to_pyarrow_table().to_pylist()
+    assert sorted((r["broker"], r["v"]) for r in rows) == sorted(
+        [("b1", n) for n in range(3) for _ in range(3)] + [("b1", 7), ("b2", 9)])
+    b1_files = [f for f in data_files(DeltaTable(str(location)))
+                if dict(f.partition)["broker"] == "b1"]
+    assert len(b1_files) == 2  # the merged file and the append that came after

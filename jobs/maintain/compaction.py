@@ -149,7 +149,7 @@ def merge_files(table: Any, location: str | Path, group: Sequence[DataFile], sco
     (``row_group_size``, ``compression``, Bloom filters), if it has any."""
     import pyarrow as pa
     import pyarrow.dataset as ds
-    from deltalake.transaction import AddAction, CommitProperties, RemoveAction
+    from deltalake.transaction import AddAction, RemoveAction
 
     location = Path(location)
     partition_columns = list(table.metadata().partition_columns)
@@ -177,13 +177,45 @@ def merge_files(table: Any, location: str | Path, group: Sequence[DataFile], sco
                                  partition_values=partition) for f in group]
         if before_commit is not None:
             before_commit()
-        table.create_write_transaction(
-            actions, mode="append", schema=table.schema(), partition_by=partition_columns,
-            commit_properties=CommitProperties(
-                custom_metadata={"rmq.operation": "tiered compaction"}))
+        try:
+            _commit(table, group, actions, partition_columns)
+        except Exception:
+            for add in written:  # never committed: not the table's (VACUUM would, later)
+                (location / directory / add["path"]).unlink(missing_ok=True)
+            raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return len(written)
+
+
+COMMIT_ATTEMPTS = 5
+
+
+def _commit(table: Any, group: Sequence[DataFile], actions: list[Any],
+            partition_columns: list[str]) -> None:
+    """Commit the merge; after a conflict, again on the table as it now is, as long as
+    every file of the group is still in it.
+
+    delta-rs counts a commit with remove actions as having read the whole table, so a
+    concurrent replace in *another* partition (another broker's check rewriting its rows)
+    fails it. Nothing the merge read changed then: the same actions are committed on the
+    newer version. A file of the group removed meanwhile (which the scope's lock rules
+    out) ends the merge."""
+    from deltalake.exceptions import CommitFailedError
+    from deltalake.transaction import CommitProperties
+
+    for attempt in range(COMMIT_ATTEMPTS):
+        try:
+            table.create_write_transaction(
+                actions, mode="append", schema=table.schema(),
+                partition_by=partition_columns, commit_properties=CommitProperties(
+                    custom_metadata={"rmq.operation": "tiered compaction"}))
+            return
+        except CommitFailedError:
+            table.update_incremental()
+            live = {f.path for f in data_files(table)}
+            if attempt + 1 == COMMIT_ATTEMPTS or any(f.path not in live for f in group):
+                raise
 
 
 # zstd, as the loads write the facts (and delta-rs' own OPTIMIZE), in row groups of
