@@ -109,6 +109,24 @@ class DagRunRecord:
             peak = max(peak, running)
         return peak
 
+    def failed_task_logs(self, tail: int = 3000) -> str:
+        """The end of the last attempt's log of every task instance that failed, for an
+        assertion's message: the scheduler's log says that a task failed, not why, and
+        the deployment's home is gone once the test ends."""
+        if self.logs is None:
+            return ""
+        parts = []
+        for task in self.tasks:
+            if task.state != "failed":
+                continue
+            mapped = f"map_index={task.map_index}/" if task.map_index >= 0 else ""
+            attempts = sorted((self.logs / "logs").glob(
+                f"dag_id=*/run_id=*/task_id={task.task_id}/{mapped}attempt=*.log"),
+                key=lambda p: int(p.stem.split("=")[1]))
+            text = attempts[-1].read_text(errors="replace")[-tail:] if attempts else "no log"
+            parts.append(f"--- {task.task_id}[{task.map_index}]:\n{text}")
+        return "\n".join(parts)
+
 
 @dataclass
 class TreeSampler:

@@ -45,7 +45,8 @@ def test_a_scheduled_dag_run_of_four_brokers_keeps_to_the_spark_pool(  # type: i
         logs = airflow.log_tail("scheduler")
     states = {(t.task_id, t.map_index): t.state for t in run.tasks}
     # the tasks that did not succeed first: a long message is cut at its end
-    assert run.state == "success", ({k: v for k, v in states.items() if v != "success"}, logs)
+    assert run.state == "success", ({k: v for k, v in states.items() if v != "success"},
+                                    run.failed_task_logs(), logs)
     for step in ("snapshot", "load", "check", "alert", "maintain", "clean_up"):
         assert {states[(f"broker.{step}", i)] for i in range(len(FLEET))} == {"success"}, step
     assert {t.task_id for t in run.tasks if t.pool == POOL} == {"broker.load", "broker.check"}
@@ -79,7 +80,8 @@ def test_a_scheduled_dag_run_over_a_cluster_a_dledger_and_a_rocksdb_broker(  # t
         logs = airflow.log_tail("scheduler")
     states = {(t.task_id, t.map_index): t.state for t in run.tasks}
     # the tasks that did not succeed first: a long message is cut at its end
-    assert run.state == "success", ({k: v for k, v in states.items() if v != "success"}, logs)
+    assert run.state == "success", ({k: v for k, v in states.items() if v != "success"},
+                                    run.failed_task_logs(), logs)
     for step in ("snapshot", "load", "check", "alert", "maintain", "clean_up"):
         assert {states[(f"broker.{step}", i)] for i in range(len(brokers))} == {"success"}
     assert states[("cluster.check_cluster", 0)] == states[("cluster.alert_cluster", 0)] \
