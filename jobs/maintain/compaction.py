@@ -38,6 +38,7 @@ import os
 import shutil
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,13 +98,12 @@ def merge_plan(files: Iterable[DataFile], policy: TieredPolicy) -> list[list[Dat
 
 
 def _partition_merge(files: list[DataFile], policy: TieredPolicy) -> list[DataFile]:
-    counts: dict[int, int] = {}
-    for file in files:
-        counts[tier(file.size, policy)] = counts.get(tier(file.size, policy), 0) + 1
+    levels = [(tier(f.size, policy), f) for f in files]
+    counts = Counter(level for level, _ in levels)
     for level in sorted(counts):
         needed = policy.min_small_files if level == 0 else policy.fanout
         if counts[level] >= max(needed, 2):
-            return [f for f in files if tier(f.size, policy) <= level]
+            return [f for file_level, f in levels if file_level <= level]
     return []
 
 
@@ -167,12 +167,12 @@ def merge_files(table: Any, location: str | Path, group: Sequence[DataFile], sco
         directory = Path(group[0].path).parent
         partition = dict(group[0].partition)
         now_ms = int(time.time() * 1000)
-        actions: list[Any] = []
-        for add in written:
-            path = (directory / add["path"]).as_posix()
+        moved = [(directory / add["path"]).as_posix() for add in written]
+        for add, path in zip(written, moved, strict=True):
             os.replace(scratch / add["path"], location / path)
-            actions.append(AddAction(path, add["size"], partition, add["modificationTime"],
-                                     False, add["stats"]))
+        actions: list[Any] = [
+            AddAction(path, add["size"], partition, add["modificationTime"], False, add["stats"])
+            for add, path in zip(written, moved, strict=True)]
         actions += [RemoveAction(f.path, False, now_ms, size=f.size,
                                  partition_values=partition) for f in group]
         if before_commit is not None:
@@ -180,8 +180,8 @@ def merge_files(table: Any, location: str | Path, group: Sequence[DataFile], sco
         try:
             _commit(table, group, actions, partition_columns)
         except Exception:
-            for add in written:  # never committed: not the table's (VACUUM would, later)
-                (location / directory / add["path"]).unlink(missing_ok=True)
+            for path in moved:  # never committed: not the table's (VACUUM would, later)
+                (location / path).unlink(missing_ok=True)
             raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -218,8 +218,8 @@ def _commit(table: Any, group: Sequence[DataFile], actions: list[Any],
                 raise
 
 
-# zstd, as the loads write the facts (and delta-rs' own OPTIMIZE), in row groups of
-# ROW_GROUP_ROWS rows.
+# zstd, as the loads write the facts (and delta-rs' own OPTIMIZE); row groups of
+# ROW_GROUP_ROWS rows unless the options say otherwise (_write_in_order).
 DEFAULT_PARQUET_OPTIONS: dict[str, Any] = {"compression": "zstd"}
 
 
@@ -232,28 +232,50 @@ def _write_in_order(rows: Any, directory: Path, target_file_bytes: int,
     DataFusion query whose partitions interleave the stream's batches, so a merged file's
     row groups would each span the whole range of the nights merged."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     group_rows = options.get("row_group_size", ROW_GROUP_ROWS)
-    writer_options = {k: v for k, v in options.items() if k != "row_group_size"}
-    writer, path, buffered = None, None, []
-    for batch in [*rows, None]:
-        if batch is not None:
-            buffered.append(batch)
-        pending = sum(b.num_rows for b in buffered)
-        while pending >= group_rows or (batch is None and pending):
+    files = _RollingParquetFiles(directory, rows.schema, target_file_bytes,
+                                 {k: v for k, v in options.items() if k != "row_group_size"})
+    buffered: list[Any] = []
+    pending = 0
+    for batch in rows:  # streamed: at most a row group and a batch in memory
+        buffered.append(batch)
+        pending += batch.num_rows
+        if pending >= group_rows:
             chunk = pa.Table.from_batches(buffered, rows.schema)
-            head, buffered = chunk.slice(0, group_rows), chunk.slice(group_rows).to_batches()
-            if writer is None:
-                path = directory / f"part-00000-{uuid.uuid4()}-c000.zstd.parquet"
-                writer = pq.ParquetWriter(path, rows.schema, **writer_options)
-            writer.write_table(head, row_group_size=group_rows)
-            pending -= head.num_rows
-            if path is not None and path.stat().st_size >= target_file_bytes:
-                writer.close()
-                writer = None
-    if writer is not None:
-        writer.close()
+            whole = pending - pending % group_rows
+            files.write(chunk.slice(0, whole), group_rows)
+            buffered, pending = chunk.slice(whole).to_batches(), pending - whole
+    if pending:
+        files.write(pa.Table.from_batches(buffered, rows.schema), group_rows)
+    files.close()
+
+
+class _RollingParquetFiles:
+    """Parquet files in one directory, a new one begun once the current reaches the
+    target size."""
+
+    def __init__(self, directory: Path, schema: Any, target_bytes: int,
+                 writer_options: Mapping[str, Any]) -> None:
+        self.directory, self.schema, self.target_bytes = directory, schema, target_bytes
+        self.writer_options = writer_options
+        self.writer: Any = None
+        self.path: Path | None = None
+
+    def write(self, rows: Any, row_group_rows: int) -> None:
+        import pyarrow.parquet as pq
+
+        if self.writer is None:
+            self.path = self.directory / f"part-00000-{uuid.uuid4()}-c000.zstd.parquet"
+            self.writer = pq.ParquetWriter(self.path, self.schema, **self.writer_options)
+        self.writer.write_table(rows, row_group_size=row_group_rows)
+        if self.path is not None and self.path.stat().st_size >= self.target_bytes:
+            self.close()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
 
 
 def _statistics_of(directory: Path, settings: Mapping[str, str | None]) -> list[dict]:
