@@ -649,11 +649,16 @@ final class ChangingWorkload extends StandaloneScenario {
         copy(leader, "after-failed-d2", "hot", brokerView(leader));
         event("after-D2", null);
 
-        // ---- D3: followers dead; the leader appends alone, the sends fail; then the leader dies
+        // ---- D3: followers dead; the leader appends alone, the sends fail; then the leader dies. The leader
+        // steps down once its followers' heartbeats have been missing for a few seconds (DLedger's
+        // maxHeartBeatLeak x heartBeatTimeIntervalMs), so the producer holds the route before they are killed.
+        DefaultMQProducer d3 = startProducer("D3", "TopicRaft");
         for (Node f : followers) {
             story.put(f.id + "Killed", kill(f));
         }
-        story.put("d3SendStatuses", statuses(send("D3", "TopicRaft", 6, 600, 1400, true)));
+        List<Map<String, Object>> d3Sends = send(d3, "D3", "TopicRaft", 6, 600, 1400, true);
+        story.put("d3SendStatuses", statuses(d3Sends));
+        reachedTheLeader(d3Sends, leader);
         Map<String, Object> oldLeaderLast = brokerView(leader);
         story.put("oldLeaderKilled", kill(leader));
         copy(leader, "old-leader-down", "after SIGKILL", oldLeaderLast);
@@ -697,6 +702,25 @@ final class ChangingWorkload extends StandaloneScenario {
             out.add(r.get("sendStatus") + (r.get("error") == null ? "" : " " + r.get("error")));
         }
         return out;
+    }
+
+    /**
+     * Every send reached {@code leader} while it still led: the producer found a master (it gave the message its
+     * id only then) and the leader had not stepped down. Otherwise the phase appended nothing and the variant
+     * would not hold what it is built to hold: a harness error, and the variant is built again.
+     */
+    void reachedTheLeader(List<Map<String, Object>> sends, Node leader) throws Exception {
+        for (Map<String, Object> r : sends) {
+            if (r.get("msgId") == null) {
+                throw new Harness.HarnessError(r.get("phase") + " send never reached " + leader.id + ": "
+                    + r.get("error"));
+            }
+        }
+        String role = role(leader);
+        if (role == null || !role.endsWith("MASTER")) {
+            throw new Harness.HarnessError(leader.id + " stepped down (" + role + ") during the sends of "
+                + sends.get(0).get("phase"));
+        }
     }
 
     /** Waits until the name server routes broker-a's brokerId 0 to one of {@code candidates} and it says master. */
@@ -1007,9 +1031,24 @@ final class ChangingWorkload extends StandaloneScenario {
     /** The sends of {@link #send(String, String, int, int, int, Node)}, one after another or all at once. */
     List<Map<String, Object>> send(String phase, String topic, int count, int minLen, int maxLen, boolean concurrently)
         throws Exception {
+        return send(startProducer(phase, topic), phase, topic, count, minLen, maxLen, concurrently);
+    }
+
+    /**
+     * A started producer of the phase's group that already holds the topic's route: a phase whose sends must
+     * leave the moment the cluster changes (D3, before the lone leader steps down) prepares it beforehand.
+     */
+    DefaultMQProducer startProducer(String phase, String topic) throws Exception {
         DefaultMQProducer p = new DefaultMQProducer("PG_" + phase.toUpperCase());
         wl.configureProducer(p, "producer-" + (++producerSeq));
         p.start();
+        p.fetchPublishMessageQueues(topic);
+        return p;
+    }
+
+    /** The sends of one phase through producer {@code p}, which is shut down after them. */
+    List<Map<String, Object>> send(DefaultMQProducer p, String phase, String topic, int count, int minLen,
+                                   int maxLen, boolean concurrently) throws Exception {
         wl.producer = p;
         Map<String, String> nodeByPort = new HashMap<>();
         for (Node n : nodes.values()) {
