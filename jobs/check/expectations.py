@@ -293,8 +293,30 @@ def snapshot_rows(engine: CheckEngine, registry: Registry, table: str, broker: s
     frame = rows.to_pandas()
     # The typed rows, for the SQL rules (offending_rows): pandas loses the types of an
     # empty or all-null column, and DuckDB cannot bind a function on an untyped null.
-    frame.attrs[ARROW_ROWS] = rows
+    frame.attrs[ARROW_ROWS] = SharedRows(rows)
     return frame
+
+
+class SharedRows:
+    """The Arrow rows of a pandas batch, as its ``attrs`` hold them.
+
+    pandas deep-copies ``attrs`` into every frame and series an operation returns
+    (``NDFrame.__finalize__``), and a pyarrow Table deep-copies by pickling all its
+    buffers: every column GX touched copied the whole batch, a third of a night's check
+    and more with each night of the broker-wide tables' history. The rows are immutable,
+    so every copy shares them.
+    """
+
+    __slots__ = ("table",)
+
+    def __init__(self, table: pa.Table) -> None:
+        self.table = table
+
+    def __copy__(self) -> SharedRows:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> SharedRows:
+        return self
 
 
 # --------------------------------------------------------------------------- checkpoint
@@ -578,7 +600,8 @@ def _rule_rows(frame: pd.DataFrame, query: str) -> pa.Table:
 
     named = {column.name for column in sqlglot.parse_one(query, read="duckdb")
              .find_all(exp.Column)}
-    rows = frame.attrs.get(ARROW_ROWS)
+    shared = frame.attrs.get(ARROW_ROWS)
+    rows = shared.table if shared is not None else None
     if rows is not None and rows.num_rows == len(frame):
         batch = rows.select([c for c in rows.column_names if c in named])
     else:  # a frame GX derived from the batch: its own columns
