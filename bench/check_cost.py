@@ -11,7 +11,7 @@ records, so the files opened between two marks are that step's. Bytes are the pr
 ``rchar`` (/proc/self/io: every byte a read system call returned, page cache or disk).
 
 Usage: python bench/check_cost.py WAREHOUSE BROKER [--snapshot ID] [--json OUT]
-       (bench/years.py --keep-nights copies the series' warehouse at nights 10 and 100)
+       (bench/years.py --keep-nights 10,100 copies the series' warehouse after those nights)
 Prints a table per step: seconds, files opened (data files, Delta log files, and the
 other files and directories of the warehouse: the GX project, the reports; each counted
 once per step), bytes read.

@@ -22,6 +22,7 @@ files opened, bytes read (bench/check_cost.py).
 
 Usage: python bench/years.py --series one [--nights 100] [--messages-per-night 5000]
                              [--without-index]     # the generator before it wrote index/
+                             [--keep-nights 10,100] # copies of the warehouse after them
        python bench/years.py --queries-only WAREHOUSE   # the saved queries of a warehouse
 Results: .cache/bench/years/<series>.jsonl (a line per night) and a summary on stdout.
 See bench/README.md.
@@ -144,7 +145,8 @@ def query_seconds(warehouse: Path, spark=None) -> dict[str, dict[str, float]]:  
 
 
 def run_series(series: str, nights: int, per_night: int, work: Path,
-               index_files: bool = True) -> Path:
+               index_files: bool = True, keep_nights: frozenset[int] | set[int] = frozenset()
+               ) -> Path:
     from check_cost import measure
 
     from jobs.lakehouse.spark_session import build_spark_session
@@ -178,6 +180,10 @@ def run_series(series: str, nights: int, per_night: int, work: Path,
             if night in REPORTED_NIGHTS:
                 record["check_cost"] = measure(config.warehouse, config.brokers[0].name,
                                                snapshot_id)
+            if night in keep_nights:  # for bench/check_cost.py and profiling, night by night
+                kept = work.parent / f"{work.name}-night{night}"
+                shutil.rmtree(kept, ignore_errors=True)
+                shutil.copytree(config.warehouse, kept / "warehouse")
             out.write(json.dumps(record) + "\n")
             out.flush()
             totals = [sum(b["seconds"].values()) for b in record["brokers"].values()]  # type: ignore[attr-defined]
@@ -270,6 +276,9 @@ def main() -> None:
     parser.add_argument("--without-index", action="store_true",
                         help="stores without index/ (the generator before 2026-11-27)")
     parser.add_argument("--summary-only", action="store_true")
+    parser.add_argument("--keep-nights", default="",
+                        help="comma-separated nights after which the warehouse is copied to "
+                             ".cache/bench/years/<series>-night<N>/warehouse")
     parser.add_argument("--queries-only", type=Path, metavar="WAREHOUSE")
     args = parser.parse_args()
     if args.queries_only:
@@ -283,7 +292,8 @@ def main() -> None:
         results = run_series(args.series, args.nights or SERIES[args.series][1],
                              args.messages_per_night,
                              ROOT / ".cache" / "bench" / "years" / name,
-                             index_files=not args.without_index)
+                             index_files=not args.without_index,
+                             keep_nights={int(n) for n in args.keep_nights.split(",") if n})
     summarize(results)
 
 

@@ -417,7 +417,8 @@ def _list_queries() -> int:
     from jobs.query.saved import saved_queries
 
     for query in saved_queries().values():
-        params = ", ".join(query.parameters) or "no parameters"
+        params = ", ".join(f"{p} (optional)" if p in query.defaults else p
+                           for p in query.parameters) or "no parameters"
         print(f"{query.name}  ({params})\n    {query.description}")
     return EXIT_OK
 

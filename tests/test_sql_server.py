@@ -111,7 +111,8 @@ def local_rows(table: pa.Table) -> list[dict]:  # type: ignore[type-arg]
 def test_beeline_gets_the_rows_python_m_jobs_sql_gets(sql_server, broker_stores, tmp_path):  # type: ignore[no-untyped-def]
     port, warehouse = sql_server
     params = saved_query_params(broker_stores)
-    queries = {name: bind_as_literals(query.sql, params.get(name, {}))
+    # a parameter left out gets its default, as `jobs sql --saved` gives it
+    queries = {name: bind_as_literals(query.sql, query.checked(params.get(name, {}), warehouse))
                for name, query in saved_queries().items()}
     # unqualified names resolve in the default schema of the URL, rmq
     queries["ad_hoc"] = ("SELECT broker, topic, count(*) AS n, max(store_time) AS newest "

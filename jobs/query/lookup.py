@@ -92,7 +92,7 @@ def saved_statement(query: Query, warehouse: Path, name: str,
     """Saved query ``name``'s SQL and checked parameters, narrowed to the files its
     lookup points at when it has one (:func:`narrowed`)."""
     saved = saved_query(name)
-    checked = saved.checked(params or {})
+    checked = saved.checked(params or {}, warehouse)
     lookup = lookup_of(saved.sql)
     if lookup is None:
         return saved.sql, checked

@@ -109,7 +109,8 @@ class SqlShell:
     def _saved(self, rest: str) -> None:
         if not rest:
             for query in saved_queries().values():
-                params = " ".join(f"{p}=..." for p in query.parameters)
+                params = " ".join(f"[{p}=...]" if p in query.defaults else f"{p}=..."
+                                  for p in query.parameters)
                 print(f"{query.name} {params}".rstrip() + f"\n    {query.description}",
                       file=self.out)
             return

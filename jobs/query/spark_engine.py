@@ -31,7 +31,8 @@ def run_sql(spark: SparkSession, sql: str, params: dict[str, str] | None = None,
 def run_saved(spark: SparkSession, name: str, params: dict[str, str] | None = None,
               registry: Registry | None = None) -> DataFrame:
     """Run a saved query, checking its parameters first."""
-    sql, checked = saved_statement(name, params)
+    registry = registry or Registry(spark)
+    sql, checked = saved_statement(name, params, registry.warehouse)
     return run_sql(spark, sql, checked, registry)
 
 
