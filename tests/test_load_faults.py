@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 import pytest
+from deltalake import DeltaTable
 from lakehouse import TEST_OPTIONS, all_content, load
 
 from jobs.lakehouse import tables as T
+from jobs.lakehouse.staged_append import STAGING
 from jobs.lakehouse.tables import Registry
 from rmqlib.commitlog.records import scan_segment
 from rmqlib.common.segments import list_segments, segment_name
@@ -134,7 +136,8 @@ def _load_command(store: Path, warehouse: Path, broker: str, snapshot: str) -> l
 
 def test_killed_driver_then_rerun_gives_the_same_tables(spark, golden, broker_stores,
                                                         tmp_path):  # type: ignore[no-untyped-def]
-    """SIGKILL the whole driver process (Python and its JVM) while it loads, re-run,
+    """SIGKILL the whole driver process (Python, its JVM and the executors' workers) while
+    the executors write their files, then again right after the messages commit, re-run,
     compare with an uninterrupted load: the golden warehouse's load of the same store."""
     reference, _ = golden
     variant = "v5-killed"
@@ -142,17 +145,26 @@ def test_killed_driver_then_rerun_gives_the_same_tables(spark, golden, broker_st
     warehouse = tmp_path / "killed"
     command = _load_command(store, warehouse, variant, "s1")
     env = {**os.environ, "RMQ_SPARK_LOG_LEVEL": "ERROR"}
-    messages_log = warehouse / "rmq.db" / "messages" / "_delta_log"
-    process = subprocess.Popen(command, cwd=REPO, env=env, start_new_session=True)
-    # Kill right after the messages commit landed, before the rest of the load.
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and process.poll() is None:
-        if messages_log.is_dir() and len(list(messages_log.glob("*.json"))) >= 2:
-            break
-        time.sleep(0.05)
-    assert process.poll() is None, "the load finished before it could be killed"
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+    messages = warehouse / "rmq.db" / "messages"
+
+    def staged() -> bool:  # a task has written a file, nothing of it is committed
+        return any((messages / STAGING).rglob("*.parquet")) and \
+            len(list((messages / "_delta_log").glob("*.json"))) < 2
+
+    def committed() -> bool:  # the messages commit landed, the rest of the load has not
+        return len(list((messages / "_delta_log").glob("*.json"))) >= 2
+
+    for moment in (staged, committed):
+        process = subprocess.Popen(command, cwd=REPO, env=env, start_new_session=True)
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and process.poll() is None:
+            if (messages / "_delta_log").is_dir() and moment():
+                break
+            time.sleep(0.02)
+        assert process.poll() is None, f"the load finished before it could be killed " \
+                                       f"({moment.__name__})"
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
     rerun = subprocess.run([*command, "--json", "--query", "volume_per_topic_hour"], cwd=REPO,
                            env=env, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr
@@ -160,6 +172,10 @@ def test_killed_driver_then_rerun_gives_the_same_tables(spark, golden, broker_st
                                                      *T.CLUSTER_TABLES))
     assert all_content(Registry(spark, warehouse), tables=loaded) == all_content(
         reference, variant, loaded)
+    # nothing staged is left, and every data file in the table's directory is committed
+    assert not list((messages / STAGING).rglob("*.parquet"))
+    named = {Path(uri.removeprefix("file://")) for uri in DeltaTable(str(messages)).file_uris()}
+    assert {p for p in messages.rglob("*.parquet") if "_delta_log" not in p.parts} == named
     # The re-run's JSON summary (which appends the kill left committed depends on timing:
     # their rows are not counted again), then the saved query it was asked for.
     summary, end = json.JSONDecoder().raw_decode(rerun.stdout)

@@ -293,3 +293,48 @@ def test_saved_queries_answer_from_the_tables(golden, spark, broker_stores):  # 
                      and t["queueOffset"] == half[0].consumer_offset)
     assert half[0].last_consumed_msg_id == last["msgId"]
     assert half[0].oldest_unconsumed_msg_id == following["msgId"]
+
+
+def spark_files_read(spark, sql: str) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+    """(rows, data files Spark's scan read) for ``sql``, by the scan's own ``numFiles``
+    metric (adaptive execution off, so the executed plan holds the scan)."""
+    adaptive = spark.conf.get("spark.sql.adaptive.enabled")
+    spark.conf.set("spark.sql.adaptive.enabled", "false")
+    try:
+        frame = spark.sql(sql)
+        rows = len(frame.collect())
+        leaves = frame._jdf.queryExecution().executedPlan().collectLeaves()
+        files = 0
+        for i in range(leaves.size()):
+            metric = leaves.apply(i).metrics().get("numFiles")
+            if metric.isDefined():
+                files += metric.get().value()
+        return rows, files
+    finally:
+        spark.conf.set("spark.sql.adaptive.enabled", adaptive)
+
+
+def test_spark_skips_the_files_the_executors_statistics_rule_out(golden, spark):  # type: ignore[no-untyped-def]
+    """The files the executors wrote (jobs.lakehouse.staged_append) carry statistics that
+    Spark's Delta reader prunes on: a range of physical offsets of one broker reads exactly
+    the files whose broker and offset ranges can hold it, by Spark's own count."""
+    from deltalake import DeltaTable
+
+    registry, _ = golden
+    adds = pa_rows(DeltaTable(str(registry[T.MESSAGES].location)).get_add_actions(flatten=True))
+    mine = [a for a in adds if a["min.broker"] <= "v5-clean" <= a["max.broker"]]
+    threshold = sorted(a["min.physical_offset"] for a in mine)[len(mine) // 2]
+    holding = [a for a in mine if a["max.physical_offset"] >= threshold]
+    assert 0 < len(holding) < len(adds)
+    registry.ensure()  # rmq.messages in the session's catalog
+    rows, files = spark_files_read(spark, "SELECT physical_offset FROM rmq.messages WHERE "
+                                   f"broker = 'v5-clean' AND physical_offset >= {threshold}")
+    assert rows == sum(1 for r in registry.read_rows(T.MESSAGES, broker="v5-clean")
+                       if r["physical_offset"] >= threshold)
+    assert files == len(holding)
+
+
+def pa_rows(actions) -> list[dict]:  # type: ignore[no-untyped-def]
+    import pyarrow as pa
+
+    return pa.RecordBatchReader.from_stream(actions).read_all().to_pylist()

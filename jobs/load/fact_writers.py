@@ -1,8 +1,10 @@
 """Where a load's decode tasks run, and how their rows reach the fact tables.
 
-* :class:`SparkFacts`: the tasks become a DataFrame of task rows, ``mapInArrow`` decodes
-  them on the executors and Spark's Delta writer appends the rows. For nights with much
-  to read: the cores of a cluster, rows never pass through the driver.
+* :class:`SparkFacts`: the tasks become an RDD of task groups; each executor task decodes
+  its group and writes the rows as Parquet files itself (delta-rs' writer, as in process),
+  returning only their add actions, which the driver commits once
+  (jobs.lakehouse.staged_append). For nights with much to read: the cores of a cluster;
+  rows never pass through the driver or the JVM.
 * :class:`InProcessFacts`: the same task code runs in this process, and delta-rs streams
   its RecordBatches into the table. For nights with little to read (a nothing-new night
   reads a few KiB of queue tails): no JVM to start, no job to plan, no Python workers.
@@ -22,13 +24,21 @@ from typing import TYPE_CHECKING, Protocol
 import pyarrow as pa
 from deltalake.writer import WriterProperties
 
-from jobs.lakehouse.delta_io import append_once
 from jobs.lakehouse.driver_rows import append_rows_once
 from jobs.lakehouse.engine_choice import LOCAL, SPARK, runs_in_process
-from jobs.load.decode_tasks import TASK_DDL, DecodeContext, Task, decode_function, run_task
+from jobs.lakehouse.staged_append import (
+    StagedLayout,
+    clear_staging,
+    commit_staged,
+    committed,
+    stage,
+    staging_dir,
+)
+from jobs.load.decode_tasks import DecodeContext, Task, run_task
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark import RDD
+    from pyspark.sql import SparkSession
 
     from jobs.lakehouse.contracts import Contract
 
@@ -89,7 +99,8 @@ def _decoded(tasks: list[Task], context: DecodeContext) -> Iterator[pa.RecordBat
 
 
 class SparkFacts:
-    """Decode on Spark's executors; Spark's Delta writer appends."""
+    """Decode on Spark's executors, each task writing its own Parquet files; the driver
+    commits them once (jobs.lakehouse.staged_append): no row crosses into the JVM."""
 
     name = SPARK
 
@@ -98,12 +109,19 @@ class SparkFacts:
 
     def append(self, location: str, contract: Contract, tasks: list[Task],
                context: DecodeContext, app_id: str, version: int) -> None:
-        decoded = self.task_frame(tasks).mapInArrow(decode_function(context),
-                                                    contract.spark_schema())
-        append_once(decoded, location, app_id, version)
+        # An append the table has seen is skipped before anything is decoded (its reports
+        # are recomputed by the load if gone), as Delta's own txn check did.
+        if committed(location, app_id, version):
+            return
+        clear_staging(location, app_id, version)
+        area = str(staging_dir(location, app_id, version))
+        layout = staged_layout(location, contract)
+        staged = self.task_groups(tasks).mapPartitions(
+            _staged_files(area, layout, context)).collect()
+        commit_staged(location, app_id, version, [add for adds in staged for add in adds])
 
     def run_for_reports(self, tasks: list[Task], context: DecodeContext) -> None:
-        self.task_frame(tasks).mapInArrow(_reports_only(context), "task_id STRING").collect()
+        self.task_groups(tasks).foreach(_reports_only(context))
 
     def describe(self, tasks: list[Task]) -> str:
         return f"{len(self.groups(tasks))} Spark task(s), on the executors"
@@ -111,12 +129,10 @@ class SparkFacts:
     def groups(self, tasks: list[Task]) -> list[list[Task]]:
         return pack_tasks(tasks, self.split_bytes, self.spark.sparkContext.defaultParallelism)
 
-    def task_frame(self, tasks: list[Task]) -> DataFrame:
-        """A DataFrame of tasks, one Spark partition per group of :func:`pack_tasks`."""
+    def task_groups(self, tasks: list[Task]) -> RDD[list[Task]]:
+        """An RDD of task groups (:func:`pack_tasks`), one Spark partition each."""
         groups = self.groups(tasks)
-        rdd = self.spark.sparkContext.parallelize(
-            [[t.as_row() for t in group] for group in groups], len(groups))
-        return self.spark.createDataFrame(rdd.flatMap(lambda group: group), TASK_DDL)
+        return self.spark.sparkContext.parallelize(groups, max(1, len(groups)))
 
 
 def pack_tasks(tasks: list[Task], target_bytes: int, min_groups: int) -> list[list[Task]]:
@@ -138,17 +154,34 @@ def pack_tasks(tasks: list[Task], target_bytes: int, min_groups: int) -> list[li
     return [sorted(g, key=lambda t: order[t.task_id]) for g in groups if g]
 
 
-def _reports_only(context: DecodeContext) -> Callable[[Iterator[pa.RecordBatch]],
-                                                      Iterator[pa.RecordBatch]]:
-    """Run tasks for their reports only (rows are dropped on the executor)."""
+def staged_layout(location: str, contract: Contract) -> StagedLayout:
+    """How the tasks write ``location``'s files: the contract's columns and partitioning,
+    the table's own statistics settings, zstd as the in-process load writes."""
+    from deltalake import DeltaTable
 
-    def run(task_batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in task_batches:
-            for row in batch.to_pylist():
-                task = Task(**row)
-                for _ in run_task(task, context):
-                    pass
-                yield pa.RecordBatch.from_pydict({"task_id": [task.task_id]})
+    settings = DeltaTable(location).metadata().configuration
+    return StagedLayout(contract.arrow_schema(), tuple(contract.partition_columns),
+                        {k: v for k, v in settings.items() if k.startswith("delta.dataSkipping")})
+
+
+def _staged_files(area: str, layout: StagedLayout, context: DecodeContext
+                  ) -> Callable[[Iterator[list[Task]]], Iterator[list[dict]]]:
+    """The function each Spark partition (a group of tasks) runs: decode its tasks and
+    stage their rows as files; yields the files' add actions."""
+
+    def run(groups: Iterator[list[Task]]) -> Iterator[list[dict]]:
+        for tasks in groups:
+            yield stage(_decoded(tasks, context), area, layout)
+
+    return run
+
+
+def _reports_only(context: DecodeContext) -> Callable[[list[Task]], None]:
+    """Run a group of tasks for their reports only (rows are dropped on the executor)."""
+
+    def run(tasks: list[Task]) -> None:
+        for _ in _decoded(tasks, context):
+            pass
 
     return run
 

@@ -1,0 +1,148 @@
+"""An append whose files are written by many tasks and committed once, by the driver.
+
+Spark's Delta writer costs several times the CPU the rows need (bench/README.md, "Big
+nights"): every row crosses from the Python worker into the JVM and through Spark's own
+Parquet writer, and each executor's commit protocol runs a job of its own. Here a task
+writes its rows where it runs, with delta-rs' Parquet writer (the in-process load's: the
+same row groups, compression and file statistics), and hands back only its files' add
+actions; the driver commits them in one Delta transaction:
+
+1. :func:`stage` (in a task): the task's batches become a throw-away Delta table in a
+   directory of its own under ``<table>/_rmq_staging/<append>/``: partitioned, with the
+   table's statistics settings, so delta-rs derives each file's statistics as it does for
+   the table itself. It returns the files' add actions, paths relative to the table.
+2. :func:`commit_staged` (the driver, once per table and append): unless the table has
+   already seen the append's transaction ``(app_id, version)`` (a re-run after a crash),
+   it moves the files of the attempts Spark accepted into the table's partition
+   directories and commits them with the transaction, in one commit. The staging
+   directory is then removed, with the files of failed and speculative attempts in it.
+
+A load killed while tasks write leaves only staging, which the append's next attempt
+clears first. Killed between the moves and the commit, it leaves files the log never
+names: the staging directory lists them (``moved.json``, written before the first move),
+and the next attempt deletes them. Nothing staged is read by anyone: ``_``-prefixed
+directories are not part of a Delta table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+STAGING = "_rmq_staging"
+MOVED = "moved.json"
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.=-]")
+
+
+@dataclass(frozen=True)
+class StagedLayout:
+    """What a task needs to write a table's files: picklable, no Spark, no contract."""
+
+    schema: pa.Schema
+    partition_by: tuple[str, ...]
+    configuration: Mapping[str, str]  # the table's delta.dataSkipping* settings
+    target_file_bytes: int | None = None
+    compression: str = "ZSTD"
+
+
+def staging_dir(location: str | Path, app_id: str, version: int) -> Path:
+    """The append's own staging directory under the table."""
+    return Path(location) / STAGING / f"{_UNSAFE.sub('_', app_id)}-{version}"
+
+
+def stage(batches: Iterable[pa.RecordBatch], area: str | Path, layout: StagedLayout
+          ) -> list[dict[str, Any]]:
+    """Write ``batches`` as Parquet files in a new attempt directory under ``area`` and
+    return their add actions (``path`` relative to ``area``'s table). No rows: []."""
+    from deltalake import write_deltalake
+    from deltalake.writer import WriterProperties
+
+    attempt = Path(area) / uuid.uuid4().hex
+    reader = pa.RecordBatchReader.from_batches(layout.schema, iter(batches))
+    write_deltalake(str(attempt), reader, partition_by=list(layout.partition_by) or None,
+                    configuration=dict(layout.configuration) or None,
+                    target_file_size=layout.target_file_bytes,
+                    writer_properties=WriterProperties(compression=layout.compression))
+    prefix = attempt.relative_to(Path(area).parent.parent).as_posix()
+    return [{**add, "path": f"{prefix}/{add['path']}"} for add in _adds(attempt)]
+
+
+def _adds(table_dir: Path) -> list[dict[str, Any]]:
+    """The add actions of a staging table's log (one commit, or none for no rows)."""
+    adds = []
+    for commit in sorted((table_dir / "_delta_log").glob("*.json")):
+        for line in commit.read_text(encoding="utf-8").splitlines():
+            action = json.loads(line)
+            if "add" in action:
+                adds.append(action["add"])
+    return adds
+
+
+def committed(location: str | Path, app_id: str, version: int) -> bool:
+    """Whether the table already holds the append ``(app_id, version)``."""
+    from deltalake import DeltaTable
+
+    seen = DeltaTable(str(location)).transaction_version(app_id)
+    return seen is not None and seen >= version
+
+
+def clear_staging(location: str | Path, app_id: str, version: int) -> None:
+    """Remove what an earlier attempt of this append left: files it moved into the table
+    but never committed (the commit is checked first), then its staging directory."""
+    area = staging_dir(location, app_id, version)
+    moved = area / MOVED
+    if moved.is_file() and not committed(location, app_id, version):
+        for path in json.loads(moved.read_text(encoding="utf-8")):
+            (Path(location) / path).unlink(missing_ok=True)
+    shutil.rmtree(area, ignore_errors=True)
+
+
+def commit_staged(location: str | Path, app_id: str, version: int,
+                  adds: list[dict[str, Any]]) -> bool:
+    """Move the staged files of ``adds`` into the table and commit them as the append
+    ``(app_id, version)``; False (and nothing moved) when the table has it already."""
+    from deltalake import CommitProperties, DeltaTable, Transaction
+    from deltalake.transaction import AddAction
+
+    location = Path(location)
+    area = staging_dir(location, app_id, version)
+    if committed(location, app_id, version):
+        shutil.rmtree(area, ignore_errors=True)
+        return False
+    final = [_final_path(add["path"]) for add in adds]
+    area.mkdir(parents=True, exist_ok=True)
+    (area / MOVED).write_text(json.dumps(final), encoding="utf-8")
+    for add, path in zip(adds, final, strict=True):
+        (location / path).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(location / add["path"], location / path)
+    table = DeltaTable(str(location))
+    actions = [AddAction(path, add["size"], add["partitionValues"], add["modificationTime"],
+                         True, add.get("stats")) for add, path in zip(adds, final, strict=True)]
+    table.create_write_transaction(
+        actions, mode="append", schema=table.schema(),
+        partition_by=list(table.metadata().partition_columns) or None,
+        commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)]))
+    shutil.rmtree(area, ignore_errors=True)
+    return True
+
+
+def _final_path(staged: str) -> str:
+    """``_rmq_staging/<append>/<attempt>/<partition dirs>/<file>`` -> ``<partition dirs>/<file>``
+    (delta-rs names every file with a new UUID: no two attempts' names meet)."""
+    parts = staged.split("/")
+    if len(parts) < 4 or parts[0] != STAGING:
+        raise ValueError(f"not a staged file: {staged!r}")
+    return "/".join(parts[3:])
+
+
+__all__ = ["STAGING", "StagedLayout", "clear_staging", "commit_staged", "committed", "stage",
+           "staging_dir"]
