@@ -18,8 +18,10 @@ a fresh subprocess, interleaved, ``--repeat`` times:
   delta-rs      deltalake.write_deltalake of the Parquet rows, one process
 
 Experiments (not in the default set): ``pipeline-noop`` / ``pipeline-parquet`` /
-``pipeline-delta`` build the load's decode DataFrame and write it to Spark's ``noop``
-sink, to plain partitioned Parquet, or to the Delta table (no bookkeeping);
+``pipeline-delta`` build a decode DataFrame of the load's tasks (``mapInArrow``) and write
+it to Spark's ``noop`` sink, to plain partitioned Parquet, or to the Delta table with
+Spark's writer (no bookkeeping): ``pipeline-delta`` is the load's Spark path before the
+executors wrote their own files (issue 36), the baseline of ``load``;
 ``decode-scan`` is rmqlib's scan without ``to_messages``; ``MODE@VARIANT`` runs a mode
 with one of VARIANTS (Spark conf, table layout, split size, decoder patch).
 
@@ -555,7 +557,7 @@ def _pipeline(spark, base, variant, work, args, monitor):  # type: ignore[no-unt
     from jobs.lakehouse.contracts import load_contract
     from jobs.lakehouse.delta_io import append_once
     from jobs.load.decode_tasks import TASK_DDL, DecodeContext, decode_function
-    from jobs.load.job import pack_tasks
+    from jobs.load.fact_writers import pack_tasks
     from jobs.load.plan import plan_load
 
     contract = load_contract("messages")
