@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobs.lakehouse import staged_append
+from jobs.lakehouse.driver_rows import committed
 from jobs.lakehouse.staged_append import (
     STAGING,
     StagedLayout,
@@ -74,7 +75,7 @@ def run_append(location: Path, tasks: list[list[int]], attempts: list[list[str]]
     speculative one stages files the driver gets but does not use; optionally the driver
     dies after its moves, and the append runs again."""
     for run in ("killed", "final") if killed else ("final",):
-        if staged_append.committed(location, APP, VERSION):
+        if committed(location, APP, VERSION):
             break
         clear_staging(location, APP, VERSION)
         area = staging_dir(location, APP, VERSION)
@@ -145,7 +146,7 @@ def test_staged_files_carry_the_statistics_delta_rs_writes() -> None:
         def stats(location: Path) -> dict:
             """{partition values: statistics} of the table's files, from its log."""
             return {json.dumps(add["partitionValues"], sort_keys=True): json.loads(add["stats"])
-                    for add in staged_append._adds(location)}
+                    for add in staged_append.logged_adds(location)}
 
         assert stats(staged) == stats(direct)
         assert DeltaTable(str(staged)).transaction_version(APP) == VERSION

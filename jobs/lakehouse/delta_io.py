@@ -1,12 +1,12 @@
-"""How Spark writes the decoded facts to Delta, idempotent by Delta's own mechanism.
+"""Spark's own Delta append, idempotent by Delta's own mechanism.
 
-:func:`append_once` — facts (messages, queue units, index entries): an append tagged with
-``txnAppId``/``txnVersion``. Delta records the pair in the same atomic commit and skips a
-later write with a version it has already seen, so a load re-run after a crash cannot
-append the same snapshot's rows twice. When the append is skipped, Delta does not even run
-the query: nothing is decoded.
+:func:`append_once`: a DataFrame appended with ``txnAppId``/``txnVersion``. Delta records
+the pair in the same atomic commit and skips a later write with a version it has already
+seen. The load no longer writes its facts this way (its executors write the files and the
+driver commits them: :mod:`jobs.lakehouse.staged_append`); bench/load_delta.py's floor and
+``pipeline-delta`` modes measure Spark's writer with it.
 
-Small rows (state, bookkeeping, check results) are written from the driver instead:
+Small rows (state, bookkeeping, check results) are written from the driver:
 :mod:`jobs.lakehouse.driver_rows`.
 """
 

@@ -113,16 +113,24 @@ def append_rows_once(location: str | Path, contract: Contract,
     ``(app_id, version)``; True when written. Only one writer uses an ``app_id`` at a time
     (one load per broker). ``writer_properties``: Parquet settings (codec, row groups,
     Bloom filters; delta-rs's defaults when None)."""
-    from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+    from deltalake import CommitProperties, Transaction, write_deltalake
 
-    seen = DeltaTable(str(location)).transaction_version(app_id)
-    if seen is not None and seen >= version:
+    if committed(location, app_id, version):
         return False
     write_deltalake(str(location), arrow_rows(contract, rows), mode="append",
                     writer_properties=writer_properties,
                     commit_properties=CommitProperties(
                         app_transactions=[Transaction(app_id, version)]))
     return True
+
+
+def committed(location: str | Path, app_id: str, version: int) -> bool:
+    """Whether the table already holds the append ``(app_id, version)`` (its log's
+    transaction action for ``app_id`` is at ``version`` or later)."""
+    from deltalake import DeltaTable
+
+    seen = DeltaTable(str(location)).transaction_version(app_id)
+    return seen is not None and seen >= version
 
 
 def replace_rows(location: str | Path, contract: Contract, rows: Rows,

@@ -38,6 +38,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from jobs.lakehouse.driver_rows import committed
+
 STAGING = "_rmq_staging"
 MOVED = "moved.json"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.=-]")
@@ -73,11 +75,12 @@ def stage(batches: Iterable[pa.RecordBatch], area: str | Path, layout: StagedLay
                     target_file_size=layout.target_file_bytes,
                     writer_properties=WriterProperties(compression=layout.compression))
     prefix = attempt.relative_to(Path(area).parent.parent).as_posix()
-    return [{**add, "path": f"{prefix}/{add['path']}"} for add in _adds(attempt)]
+    return [{**add, "path": f"{prefix}/{add['path']}"} for add in logged_adds(attempt)]
 
 
-def _adds(table_dir: Path) -> list[dict[str, Any]]:
-    """The add actions of a staging table's log (one commit, or none for no rows)."""
+def logged_adds(table_dir: Path) -> list[dict[str, Any]]:
+    """The add actions in the JSON commits of a scratch table's log (a staging table or a
+    merge's converted directory: a commit or two, never checkpointed), as written."""
     adds = []
     for commit in sorted((table_dir / "_delta_log").glob("*.json")):
         for line in commit.read_text(encoding="utf-8").splitlines():
@@ -87,12 +90,10 @@ def _adds(table_dir: Path) -> list[dict[str, Any]]:
     return adds
 
 
-def committed(location: str | Path, app_id: str, version: int) -> bool:
-    """Whether the table already holds the append ``(app_id, version)``."""
-    from deltalake import DeltaTable
-
-    seen = DeltaTable(str(location)).transaction_version(app_id)
-    return seen is not None and seen >= version
+def statistics_settings(configuration: Mapping[str, str | None]) -> dict[str, str | None]:
+    """A table's settings for which columns get file statistics (``delta.dataSkipping*``):
+    files written outside the table get the statistics its own files get."""
+    return {k: v for k, v in configuration.items() if k.startswith("delta.dataSkipping")}
 
 
 def clear_staging(location: str | Path, app_id: str, version: int) -> None:
@@ -144,5 +145,5 @@ def _final_path(staged: str) -> str:
     return "/".join(parts[3:])
 
 
-__all__ = ["STAGING", "StagedLayout", "clear_staging", "commit_staged", "committed", "stage",
-           "staging_dir"]
+__all__ = ["STAGING", "StagedLayout", "clear_staging", "commit_staged", "logged_adds", "stage",
+           "staging_dir", "statistics_settings"]

@@ -24,15 +24,15 @@ from typing import TYPE_CHECKING, Protocol
 import pyarrow as pa
 from deltalake.writer import WriterProperties
 
-from jobs.lakehouse.driver_rows import append_rows_once
+from jobs.lakehouse.driver_rows import append_rows_once, committed
 from jobs.lakehouse.engine_choice import LOCAL, SPARK, runs_in_process
 from jobs.lakehouse.staged_append import (
     StagedLayout,
     clear_staging,
     commit_staged,
-    committed,
     stage,
     staging_dir,
+    statistics_settings,
 )
 from jobs.load.decode_tasks import DecodeContext, Task, run_task
 
@@ -159,9 +159,8 @@ def staged_layout(location: str, contract: Contract) -> StagedLayout:
     the table's own statistics settings, zstd as the in-process load writes."""
     from deltalake import DeltaTable
 
-    settings = DeltaTable(location).metadata().configuration
     return StagedLayout(contract.arrow_schema(), tuple(contract.partition_columns),
-                        {k: v for k, v in settings.items() if k.startswith("delta.dataSkipping")})
+                        statistics_settings(DeltaTable(location).metadata().configuration))
 
 
 def _staged_files(area: str, layout: StagedLayout, context: DecodeContext

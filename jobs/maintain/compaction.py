@@ -44,6 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jobs.lakehouse.staged_append import logged_adds, statistics_settings
+
 SCRATCH_PREFIX = ".compaction-"
 # Rows per row group of a merged file. A merge concatenates nights in load order, so each
 # row group covers a stretch of nights and its statistics (commitlog offsets, snapshot ids)
@@ -285,13 +287,7 @@ def _statistics_of(directory: Path, settings: Mapping[str, str | None]) -> list[
     from deltalake import convert_to_deltalake
 
     convert_to_deltalake(str(directory), configuration=dict(settings) or None)
-    adds = []
-    for commit in sorted((directory / "_delta_log").glob("*.json")):
-        for line in commit.read_text().splitlines():
-            action = json.loads(line)
-            if "add" in action:
-                adds.append(action["add"])
-    return adds
+    return logged_adds(directory)
 
 
 class CompactionError(RuntimeError):
@@ -311,7 +307,6 @@ def _check_every_row_written(group: Sequence[DataFile], written: list[dict]) -> 
 
 
 def _statistics_settings(table: Any) -> dict[str, str | None]:
-    """The table's settings for which columns get file statistics: the merged file's
-    statistics cover what its other files' do."""
-    return {k: v for k, v in table.metadata().configuration.items()
-            if k.startswith("delta.dataSkipping")}
+    """The table's statistics settings: the merged file's statistics cover what its other
+    files' do."""
+    return statistics_settings(table.metadata().configuration)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 QUERIES_DIR = Path(__file__).resolve().parent / "queries"
@@ -45,8 +45,6 @@ class RecentDays:
         newest = newest_partition_date(warehouse, self.table, self.column) \
             if warehouse is not None else None
         if newest is None:
-            from datetime import UTC, datetime
-
             newest = datetime.now(UTC).date()
         return (newest - timedelta(days=self.days - 1)).isoformat()
 
