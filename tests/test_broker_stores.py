@@ -287,8 +287,11 @@ def test_consume_queues_exist_for_every_topic_used(any_variant: Variant):
     assert expected <= present, expected - present
     for topic in expected:
         for qdir in (cq / topic).iterdir():
-            for f in qdir.iterdir():
-                assert f.stat().st_size == CQ_FILE_SIZE, f
+            files = sorted(qdir.iterdir())
+            for f in files:
+                # a kill between creating a queue's next file and mapping it leaves it 0 bytes
+                unsized_by_kill = not v.clean and f == files[-1] and f.stat().st_size == 0
+                assert f.stat().st_size == CQ_FILE_SIZE or unsized_by_kill, f
     for topic, queues in USER_TOPICS.items():
         if topic in present:
             assert {int(q.name) for q in (cq / topic).iterdir()} <= set(range(queues))

@@ -286,9 +286,12 @@ def test_files_a_kill_left_unsized_are_warnings_not_damage(
     unsized_log.touch()
     queue = store / "consumequeue" / "TopicNormal" / "0"
     queue_files = sorted(queue.iterdir())
-    queue_file_size = queue_files[0].stat().st_size
-    unsized_queue_file = queue / segment_name(int(queue_files[-1].name) + queue_file_size)
-    unsized_queue_file.touch()
+    if queue_files[-1].stat().st_size == 0:  # the kill left this queue's next file unsized
+        unsized_queue_file = queue_files[-1]
+    else:
+        queue_file_size = queue_files[0].stat().st_size
+        unsized_queue_file = queue / segment_name(int(queue_files[-1].name) + queue_file_size)
+        unsized_queue_file.touch()
 
     report = verify_store(store)
     assert report.errors == []
