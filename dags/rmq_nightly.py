@@ -48,7 +48,7 @@ from jobs.snapshot.manifest import snapshot_id_for
 
 log = logging.getLogger("rmq_nightly")
 CONFIG = load_config()  # cheap: one YAML file; the DAG processor re-reads it on each parse
-CHECKED_TABLES = [T.CHECK_RESULTS, T.CONSUMER_LAG, T.CONSUMER_STATUS, T.ALERTS]
+CHECKED_TABLES = [T.CHECK_RESULTS, T.CONSUMER_LAG, T.QUEUE_BOUNDS, T.CONSUMER_STATUS, T.ALERTS]
 CLUSTER_TABLES = [*T.CLUSTER_TABLES, T.CHECK_RESULTS, T.ALERTS]
 LOADED_TABLES = [t for t in T.TABLES if t not in {*CHECKED_TABLES, *CLUSTER_TABLES}]
 

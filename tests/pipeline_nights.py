@@ -11,8 +11,11 @@ from typing import Any
 import yaml
 
 from jobs import pipeline
+from jobs.check.engines import DuckDbEngine
+from jobs.check.views import create_views, snapshot_scope
 from jobs.lakehouse import tables as T
 from jobs.lakehouse.driver_rows import read_rows
+from jobs.lakehouse.tables import Registry
 from jobs.pipeline_config import load_config
 
 
@@ -52,7 +55,30 @@ def run_night(config_path: Path, snapshot_id: str, store: Path) -> dict[str, Any
     taken = pipeline.snapshot_broker(config, broker, snapshot_id)
     loaded = pipeline.load_broker(_no_spark, config, taken)
     checked = pipeline.check_broker(_no_spark, config, loaded, config.alerts_config)
-    return {"taken": taken, "loaded": loaded, "checked": checked}
+    from_previous = assert_bounds_are_historys(Path(config.warehouse), broker.name,
+                                               snapshot_id)
+    return {"taken": taken, "loaded": loaded, "checked": checked,
+            "bounds_from_previous": from_previous}
+
+
+def assert_bounds_are_historys(warehouse: Path, broker: str, snapshot_id: str) -> bool:
+    """The queue bounds the night's check wrote equal the bounds of every queue unit of
+    history (the check's own views, given no previous bounds to start from); returns
+    whether the check started from the previous night's bounds instead of the history."""
+    registry = Registry(None, warehouse)
+    scope = snapshot_scope(registry, broker, snapshot_id)
+    engine = DuckDbEngine(warehouse)
+    try:
+        create_views(engine, replace(scope, bounds_start=None))
+        of_history = engine.arrow("SELECT * FROM rc_bounds").to_pylist()
+    finally:
+        engine.close()
+    written = rows(warehouse, T.QUEUE_BOUNDS, broker=broker, snapshot_id=snapshot_id)
+    columns = ("topic", "queue_id", "queue_type", "min_offset", "max_offset",
+               "last_expired_offset")
+    assert (sorted(tuple(r[c] for c in columns) for r in written)
+            == sorted(tuple(r[c] for c in columns) for r in of_history)), snapshot_id
+    return scope.bounds_start is not None
 
 
 def _no_spark():  # type: ignore[no-untyped-def]

@@ -18,7 +18,13 @@ from typing import Any
 
 import pyarrow.compute as pc
 import pytest
-from pipeline_nights import _no_spark, rows, write_config, write_pipeline_config
+from pipeline_nights import (
+    _no_spark,
+    assert_bounds_are_historys,
+    rows,
+    write_config,
+    write_pipeline_config,
+)
 
 from jobs import pipeline
 from jobs.lakehouse import tables as T
@@ -61,6 +67,7 @@ class BrokerNights:
         self.config = load_config(self.config_path)
         self.warehouse = Path(self.config.warehouse)
         self.night = 0
+        self.bounds_from_previous: list[bool] = []
 
     def run(self, store: Path) -> str:
         """The DAG's snapshot, load and check of ``store``; the night's snapshot id."""
@@ -70,6 +77,8 @@ class BrokerNights:
         taken = pipeline.snapshot_broker(self.config, source, snapshot_id)
         loaded = pipeline.load_broker(_no_spark, self.config, taken)
         pipeline.check_broker(_no_spark, self.config, loaded, self.config.alerts_config)
+        self.bounds_from_previous.append(
+            assert_bounds_are_historys(self.warehouse, self.broker, snapshot_id))
         # the snapshot is the broker's store byte for byte (not the manifest's word for it)
         copy = snapshot_store(Path(self.config.snapshot_root), self.broker, snapshot_id)
         assert sha256_of_every_file(copy) == sha256_of_every_file(store), snapshot_id
@@ -129,6 +138,9 @@ def test_a_failover_truncation_is_loaded_and_its_lost_messages_are_named(
     assert not [f for found in nights.findings(again).values() for f in found
                 if f["severity"] == "error"]
     assert nights.current_messages() == records(store)
+    # each night's queue bounds start from the night before's, but on the night of the
+    # rewrite (which superseded units the night before counted) and the first
+    assert nights.bounds_from_previous == [False, True, True, False, True]
 
 
 def test_a_re_provisioned_broker_is_a_new_incarnation(reprovisioned_store: Path,

@@ -41,7 +41,8 @@ TABLES = ("messages", "queue_entries", "index_entries", "message_lookup", "topic
           "compacted_entries", "broker_epochs", "pop_in_flight", "snapshots", "quarantine",
           "retention_gaps", "load_state", "history_rewrites", "superseded_messages",
           "load_runs", "maintenance_runs", "check_results",
-          "consumer_lag", "consumer_status", "alerts", "cluster_lag", "replica_status")
+          "consumer_lag", "queue_bounds", "consumer_status", "alerts", "cluster_lag",
+          "replica_status")
 APPEND_ONLY = {"messages", "queue_entries", "index_entries", "message_lookup", "load_runs",
                "maintenance_runs"}
 CONTRACT_FILES = sorted(CONTRACTS_DIR.glob("*.yaml"))

@@ -300,7 +300,7 @@ CHECKS: tuple[Check, ...] = (
         FROM (SELECT topic, queue_id, queue_offset + coalesce(batch_size, 1) AS expected_next,
                      lead(queue_offset) OVER (PARTITION BY topic, queue_id
                                               ORDER BY queue_offset) AS next_offset
-              FROM rc_qe q JOIN rc_bounds b USING (topic, queue_id)
+              FROM rc_gap_units q JOIN rc_bounds b USING (topic, queue_id)
               WHERE q.queue_offset >= b.min_offset) f
         WHERE f.next_offset > f.expected_next
         GROUP BY f.topic, f.queue_id""",
@@ -576,7 +576,7 @@ CHECKS: tuple[Check, ...] = (
                concat(count(*), ' kept message(s) differ from their original') AS observed,
                {samples_q} AS sample_offsets,
                {explanation} AS explanation
-        FROM rc_compacted f JOIN rc_qe q
+        FROM rc_compacted f JOIN rc_compacted_units q
           ON q.topic = f.topic AND q.queue_id = f.queue_id AND q.queue_offset = f.queue_offset
         WHERE q.size <> f.size OR q.tags_code <> f.tags_code
         GROUP BY f.topic, f.queue_id""",

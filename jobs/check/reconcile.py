@@ -3,8 +3,8 @@
 Reads only the Delta tables (never the store), runs every check of :mod:`jobs.check.checks` and
 the lag of :mod:`jobs.check.lag` as SQL over the snapshot's views (:mod:`jobs.check.views`)
 in a check engine (:mod:`jobs.check.engines`: Spark, or DuckDB in this process), and
-replaces that snapshot's rows of ``check_results`` and ``consumer_lag`` (replaced where
-broker and snapshot match: re-running gives the same tables).
+replaces that snapshot's rows of ``check_results``, ``consumer_lag`` and ``queue_bounds``
+(replaced where broker and snapshot match: re-running gives the same tables).
 """
 
 from __future__ import annotations
@@ -60,13 +60,13 @@ def reconcile_snapshot(engine: CheckEngine, registry: Registry, broker: str,
                            cached=True)
     lag = engine.arrow("SELECT * FROM rc_lag")
     found = engine.arrow(findings_sql(scope))
+    bounds = engine.arrow("SELECT * FROM rc_bounds")
     engine.close()
     checked_at = pa.array([datetime.now(UTC)] * found.num_rows, pa.timestamp("us", "UTC"))
-    found = (found.append_column("broker", pa.array([broker] * found.num_rows, pa.string()))
-             .append_column("snapshot_id", pa.array([snapshot_id] * found.num_rows, pa.string()))
-             .append_column("checked_at", checked_at))
+    found = _of_snapshot(found, broker, snapshot_id).append_column("checked_at", checked_at)
     # A few rows per queue and per finding: written from the driver (delta-rs).
-    for table, rows in ((T.CONSUMER_LAG, lag), (T.CHECK_RESULTS, found)):
+    for table, rows in ((T.CONSUMER_LAG, lag), (T.CHECK_RESULTS, found),
+                        (T.QUEUE_BOUNDS, _of_snapshot(bounds, broker, snapshot_id))):
         registry.replace_rows(table, rows, broker=broker, snapshot_id=snapshot_id)
     summary = ReconcileSummary(broker, snapshot_id)
     for severity in found["severity"].to_pylist():
@@ -79,3 +79,9 @@ def reconcile_snapshot(engine: CheckEngine, registry: Registry, broker: str,
              snapshot_id, datetime.now(UTC).isoformat(timespec="seconds"), engine.name,
              summary.findings_by_severity, summary.lag_by_status, summary.seconds)
     return summary
+
+
+def _of_snapshot(rows: pa.Table, broker: str, snapshot_id: str) -> pa.Table:
+    """``rows`` with the broker and snapshot columns their tables key them by."""
+    return (rows.append_column("broker", pa.array([broker] * rows.num_rows, pa.string()))
+            .append_column("snapshot_id", pa.array([snapshot_id] * rows.num_rows, pa.string())))

@@ -10,11 +10,13 @@ simply the rows of S. The checks (``jobs.check.checks``) and the lag
 
 Views (``rc_`` = reconcile):
   rc_msg      records in the store at S
-  rc_qe       consume-queue and batch-consume-queue units loaded up to S (all kinds; the
-              columns of positions, sizes and tags only)
-  rc_units    those units (every column) but fillers whose record is still in the
-              commitlog at S
-  rc_bounds   per queue: min_offset / max_offset as the broker computes them (spec §4.2)
+  rc_units    consume-queue and batch-consume-queue units loaded up to S, but fillers,
+              whose record is still in the commitlog at S
+  rc_bounds   per queue: min_offset / max_offset as the broker computes them (spec §4.2);
+              max_offset from the previous snapshot's ``queue_bounds`` and the units first
+              seen in S, or from every unit of history when those cannot be trusted
+  rc_gap_units, rc_compacted_units  rc_units and, for the few queues that need them,
+              older units (see _older_units_sql)
   rc_idx      index entries loaded up to S that point into the commitlog at S
   rc_topics, rc_groups, rc_offsets, rc_delay, rc_quarantine, rc_gaps: rows of S
 """
@@ -27,7 +29,7 @@ from datetime import datetime
 from jobs.check.engines import CheckEngine
 from jobs.lakehouse import tables as T
 from jobs.lakehouse.delta_io import sql_string
-from jobs.lakehouse.history import SUPERSEDED_SQL
+from jobs.lakehouse.history import HISTORY_KINDS, SUPERSEDED_SQL
 from jobs.lakehouse.tables import Registry
 
 
@@ -53,6 +55,10 @@ class SnapshotScope:
     # Its config is configManagerVersion=v2's (config/rdb), which holds only the topics and
     # groups the admin API created: a group the broker auto-created has offsets, no config.
     config_v2: bool = False
+    # The snapshot whose queue_bounds rows rc_bounds starts from, and its commitlog start
+    # (see bounds_start).
+    bounds_start: str | None = None
+    bounds_start_commitlog_min: int = 0
 
     @property
     def commitlog_bytes(self) -> int:
@@ -80,13 +86,46 @@ def snapshot_scope(registry: Registry, broker: str, snapshot_id: str) -> Snapsho
         state = "was never loaded" if mine is None else f"is {mine['status']!r}"
         raise SnapshotNotLoadedError(
             f"snapshot {snapshot_id!r} of broker {broker!r} {state}: load it first")
-    visible = tuple(sorted(row["snapshot_id"] for row in rows
-                           if row["snapshot_seq"] <= mine["snapshot_seq"]))
+    earlier = sorted((row for row in rows if row["snapshot_seq"] < mine["snapshot_seq"]),
+                     key=lambda row: row["snapshot_seq"])
+    visible = tuple(sorted([snapshot_id, *(row["snapshot_id"] for row in earlier)]))
+    cl_min = mine["commitlog_min_offset"] or 0
+    start = bounds_start(registry, mine, earlier[-1] if earlier else None,
+                         set(visible) - {snapshot_id})
     return SnapshotScope(
         broker, snapshot_id, mine["snapshot_seq"], mine["taken_at"],
-        mine["commitlog_min_offset"] or 0, mine["commitlog_max_offset"] or 0,
+        cl_min, mine["commitlog_max_offset"] or 0,
         bool(mine["abort_present"]), mine["checkpoint_physic_msg_time"], visible,
-        ROCKSDB_QUEUES in (mine["features"] or ()), CONFIG_V2 in (mine["features"] or ()))
+        ROCKSDB_QUEUES in (mine["features"] or ()), CONFIG_V2 in (mine["features"] or ()),
+        start and start["snapshot_id"], (start and start["commitlog_min_offset"]) or 0)
+
+
+def bounds_start(registry: Registry, mine: dict, previous: dict | None,
+                 before: set[str]) -> dict | None:
+    """The snapshot row whose ``queue_bounds`` this check's bounds can start from.
+
+    A queue's max offset is its last unit's end over every unit loaded so far, however
+    old (an idle queue's last unit is), and the gap check needs to know whether any unit
+    that no longer points into the commitlog sits at or past the min offset. Reading that
+    history every night made the check grow with it; instead the check starts from the
+    bounds it wrote for the previous snapshot and adds what changed since: the units first
+    seen in this snapshot, and those whose records the commitlog's start passed since.
+    That equals the whole history's answer while the previous bounds describe the same
+    history: they exist (that snapshot was checked), no history rewrite was recorded after
+    it (a rewrite supersedes units they counted), and the commitlog's start did not move
+    back. Otherwise None: read the history, as the first check does.
+    """
+    if previous is None:
+        return None
+    if (mine["commitlog_min_offset"] or 0) < (previous["commitlog_min_offset"] or 0):
+        return None
+    broker = mine["broker"]
+    if any(row["snapshot_id"] not in before and row["kind"] in HISTORY_KINDS
+           for row in registry.read_rows(T.HISTORY_REWRITES, broker=broker)):
+        return None
+    checked = registry.read_arrow(T.QUEUE_BOUNDS, broker=broker,
+                                  snapshot_id=previous["snapshot_id"])
+    return previous if checked.num_rows else None
 
 
 # --------------------------------------------------------------------------- views
@@ -96,36 +135,97 @@ def snapshot_scope(registry: Registry, broker: str, snapshot_id: str) -> Snapsho
 ROCKSDB_QUEUES, CONFIG_V2 = "rocksdb_consume_queue", "rocksdb_config_v2"
 
 
-def _bounds_sql(scope: SnapshotScope, cl_min: int) -> str:
-    """Each queue's min and max offset as the broker has them.
+def _bounds_sql(scope: SnapshotScope, loaded_units: str) -> str:
+    """Each queue's min and max offset as the broker has them, and its last expired unit.
+
+    max: the next offset to be written (fillers count). min: the first unit whose record
+    is still in the commitlog (rc_units), = max when none is. last_expired_offset: the
+    highest queue offset of a unit that does not point into the commitlog (a filler, or
+    its record deleted). max and last_expired come from the previous snapshot's bounds and
+    the units that changed since, when :func:`bounds_start` found them, else from every
+    unit loaded up to S.
 
     A RocksDB consume queue is written without the write-ahead log, so the copy of a
     running broker lacks the units since the last flush, which the broker holds (and
     reports) in memory: there the bounds also count the queue's records in the commitlog
     (every one of them is still there, so each is a live offset).
     """
-    units = f"""
-        SELECT topic, queue_id, queue_type, queue_offset + coalesce(batch_size, 1) AS next,
-               CASE WHEN kind <> 'filler' AND commitlog_offset >= {cl_min}
-                    THEN queue_offset END AS live
-        FROM rc_qe"""
+    cl_min = scope.commitlog_min_offset
+    end = "queue_offset + coalesce(batch_size, 1)"
+    expired = (f"CASE WHEN kind = 'filler' OR commitlog_offset < {cl_min} "
+               "THEN queue_offset END")
+    if scope.bounds_start is not None:
+        changes = f"""
+        SELECT topic, queue_id, queue_type, max_offset AS next, CAST(NULL AS BIGINT) AS live,
+               last_expired_offset AS expired
+        FROM rc_all_queue_bounds
+        WHERE broker = {scope.broker_sql} AND snapshot_id = {sql_string(scope.bounds_start)}
+        UNION ALL
+        SELECT topic, queue_id, queue_type, {end} AS next, CAST(NULL AS BIGINT) AS live,
+               {expired} AS expired
+        FROM {loaded_units} AND first_snapshot_id = {scope.snapshot_sql}
+        UNION ALL
+        SELECT topic, queue_id, queue_type, {end} AS next, CAST(NULL AS BIGINT) AS live,
+               queue_offset AS expired
+        FROM {loaded_units} AND kind <> 'filler'
+          AND commitlog_offset >= {scope.bounds_start_commitlog_min}
+          AND commitlog_offset < {cl_min}"""
+    else:
+        changes = f"""
+        SELECT topic, queue_id, queue_type, {end} AS next, CAST(NULL AS BIGINT) AS live,
+               {expired} AS expired
+        FROM {loaded_units}"""
+    units = f"""{changes}
+        UNION ALL
+        SELECT topic, queue_id, queue_type, {end} AS next, queue_offset AS live,
+               CAST(NULL AS BIGINT) AS expired
+        FROM rc_units"""
     if scope.rocksdb_queues:
         units += """
         UNION ALL
         SELECT topic, queue_id, 'consumequeue' AS queue_type, queue_offset + 1 AS next,
-               queue_offset AS live
+               queue_offset AS live, CAST(NULL AS BIGINT) AS expired
         FROM rc_msg WHERE transaction_type IN ('NOT', 'COMMIT')"""
     return f"""
         SELECT topic, queue_id, first(queue_type) AS queue_type, max(next) AS max_offset,
-               coalesce(min(live), max(next)) AS min_offset
+               coalesce(min(live), max(next)) AS min_offset,
+               max(expired) AS last_expired_offset
         FROM ({units}) q GROUP BY topic, queue_id"""
+
+
+def _older_units_sql(engine: CheckEngine, scope: SnapshotScope, loaded_units: str) -> dict:
+    """The views that read queue units older than the commitlog, only where they matter.
+
+    rc_gap_units: the units the gap check follows from each queue's min offset: rc_units,
+    and where a queue has a unit not pointing into the commitlog at or past its min offset
+    (a damaged or rebuilt queue: rc_bounds.last_expired_offset says so) those units too.
+    rc_compacted_units: the original units of the compacted queues' kept messages, however
+    old. Each reads history for a few named topics, or not at all.
+    """
+    def topics(sql: str) -> str:
+        named = engine.arrow(sql).column(0).to_pylist()
+        return ", ".join(sql_string(topic) for topic in named) or "NULL"
+
+    expired_past_min = topics("""
+        SELECT DISTINCT topic FROM rc_bounds WHERE last_expired_offset >= min_offset""")
+    compacted = topics("SELECT DISTINCT topic FROM rc_compacted")
+    return {
+        "rc_gap_units": f"""
+            SELECT topic, queue_id, queue_offset, batch_size FROM rc_units
+            UNION ALL
+            SELECT topic, queue_id, queue_offset, batch_size FROM {loaded_units}
+              AND topic IN ({expired_past_min})
+              AND (kind = 'filler' OR commitlog_offset < {scope.commitlog_min_offset})""",
+        "rc_compacted_units": f"""
+            SELECT {QUEUE_UNIT_COLUMNS} FROM {loaded_units} AND topic IN ({compacted})""",
+    }
 
 
 # The tables the views read, each as ``rc_all_<table>``.
 SOURCES = (T.MESSAGES, T.QUEUE_ENTRIES, T.INDEX_ENTRIES, T.TOPICS, T.SUBSCRIPTION_GROUPS,
            T.CONSUMER_OFFSETS, T.DELAY_OFFSETS, T.PENDING_TIMERS, T.COMPACTED_ENTRIES,
            T.BROKER_EPOCHS, T.POP_IN_FLIGHT, T.QUARANTINE, T.RETENTION_GAPS,
-           T.HISTORY_REWRITES, T.SUPERSEDED_MESSAGES)
+           T.HISTORY_REWRITES, T.SUPERSEDED_MESSAGES, T.QUEUE_BOUNDS)
 
 
 def _current(table: str, offset: str) -> str:
@@ -151,18 +251,14 @@ def create_views(engine: CheckEngine, scope: SnapshotScope) -> None:
             WHERE broker = {b} AND first_snapshot_id IN ({visible}) AND inner_index = 0
               AND physical_offset >= {cl_min} AND physical_offset < {cl_max}
               AND {_current("m", "physical_offset")}""",
-        # Every unit loaded up to S, for the queues' bounds and gaps: the one view that
-        # reads the broker's whole queue history (an idle queue's max offset is its last
-        # unit, however old), so it keeps only the columns those need.
-        "rc_qe": f"SELECT {QUEUE_UNIT_COLUMNS} FROM {loaded_units}",
-        # Read from the table, not from rc_qe: the commitlog range leaves out the files of
-        # older nights (their statistics), so this read does not grow with history.
+        # The commitlog range leaves out the files of older nights (their statistics), so
+        # this read does not grow with history.
         "rc_units": f"""
             SELECT * FROM {loaded_units}
               AND kind <> 'filler' AND commitlog_offset >= {cl_min}""",
         # max: next offset to be written (fillers count); min: first unit whose record is
         # still in the commitlog (the broker's correctMinOffset), = max when none is.
-        "rc_bounds": _bounds_sql(scope, cl_min),
+        "rc_bounds": _bounds_sql(scope, loaded_units),
         # Entries pointing below the commitlog's start are left out: every check of the
         # index asks about records the store still holds (a window, not the history).
         "rc_idx": f"""
@@ -202,10 +298,12 @@ def create_views(engine: CheckEngine, scope: SnapshotScope) -> None:
     }
     for name, query in views.items():
         engine.create_view(name, query, cached=name in CACHED)
+    for name, query in _older_units_sql(engine, scope, loaded_units).items():
+        engine.create_view(name, query, cached=name in CACHED)
 
 
 # Read by most checks: kept in memory for the run (rc_msg without bodies: small).
-CACHED = ("rc_msg", "rc_qe", "rc_units")
+CACHED = ("rc_msg", "rc_units", "rc_bounds", "rc_gap_units")
 QUEUE_UNIT_COLUMNS = ("topic, queue_id, queue_type, queue_offset, batch_size, kind, "
                       "commitlog_offset, size, tags_code")
 MESSAGE_COLUMNS = ", ".join((

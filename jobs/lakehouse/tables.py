@@ -67,6 +67,7 @@ MAINTENANCE_RUNS = "maintenance_runs"
 # Checks: written per snapshot by the reconcile job and the alerts.
 CHECK_RESULTS = "check_results"
 CONSUMER_LAG = "consumer_lag"
+QUEUE_BOUNDS = "queue_bounds"
 CONSUMER_STATUS = "consumer_status"
 ALERTS = "alerts"
 # Clusters: written per night by the cluster stage, after every broker of the cluster.
@@ -77,7 +78,7 @@ TABLES = (MESSAGES, QUEUE_ENTRIES, INDEX_ENTRIES, MESSAGE_LOOKUP, TOPICS, SUBSCR
           CONSUMER_OFFSETS, DELAY_OFFSETS, PENDING_TIMERS, COMPACTED_ENTRIES, BROKER_EPOCHS,
           POP_IN_FLIGHT, SNAPSHOTS, QUARANTINE, RETENTION_GAPS, LOAD_STATE, HISTORY_REWRITES,
           SUPERSEDED_MESSAGES, LOAD_RUNS, MAINTENANCE_RUNS, CHECK_RESULTS, CONSUMER_LAG,
-          CONSUMER_STATUS, ALERTS, CLUSTER_LAG, REPLICA_STATUS)
+          QUEUE_BOUNDS, CONSUMER_STATUS, ALERTS, CLUSTER_LAG, REPLICA_STATUS)
 # Written by a cluster's stage of the night, never by a broker's load or check.
 CLUSTER_TABLES = (CLUSTER_LAG, REPLICA_STATUS)
 # Audit logs: a row per attempt (load, maintenance), so they grow on every re-run; every
