@@ -58,7 +58,7 @@ from jobs.check.data_docs import DOCS_SITE, KEPT_RUNS, docs_index_page, keep_new
 from jobs.check.engines import LOCAL, CheckEngine, SparkEngine, to_duckdb
 from jobs.check.offline_docs import AssetsError, localize_site
 from jobs.lakehouse.contracts import Contract, quote_identifier
-from jobs.lakehouse.tables import LOAD_RUNS, LOAD_STATE, RETENTION_GAPS, TABLES, Registry
+from jobs.lakehouse.tables import LOAD_STATE, RETENTION_GAPS, TABLES, Registry
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -89,9 +89,11 @@ SEVERITIES = {"error": FailureSeverity.CRITICAL, "warning": FailureSeverity.WARN
 # The first pass over a suite: success only (see SnapshotCheckpoint).
 PASS_FORMAT = {"result_format": "BOOLEAN_ONLY"}
 ARROW_ROWS = "rmq_arrow_rows"  # a pandas batch's attrs key: the Arrow rows it was made from
-# Keys of these tables span a broker's whole history (marks, audit log, gaps found by any
-# snapshot), so their batch is every row of the broker, not one snapshot's.
-BROKER_WIDE = frozenset({LOAD_STATE, LOAD_RUNS, RETENTION_GAPS})
+# Keys of these tables span a broker's whole history (marks, gaps found by any snapshot),
+# so their batch is every row of the broker, not one snapshot's. (load_runs is keyed by run,
+# and a run loads one snapshot: its batch is the snapshot's runs, which keeps the night's
+# check from growing with the audit log.)
+BROKER_WIDE = frozenset({LOAD_STATE, RETENTION_GAPS})
 # Contract SQL rules count offending rows; GX wants the rows. This shape is rewritten to
 # select the offending rows' keys, anything else is wrapped (see offending_rows_query).
 _COUNT_WHERE = re.compile(

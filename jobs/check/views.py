@@ -29,6 +29,7 @@ from datetime import datetime
 from jobs.check.engines import CheckEngine
 from jobs.lakehouse import tables as T
 from jobs.lakehouse.delta_io import sql_string
+from jobs.lakehouse.driver_rows import exists
 from jobs.lakehouse.history import HISTORY_KINDS, SUPERSEDED_SQL
 from jobs.lakehouse.tables import Registry
 
@@ -123,6 +124,8 @@ def bounds_start(registry: Registry, mine: dict, previous: dict | None,
     if any(row["snapshot_id"] not in before and row["kind"] in HISTORY_KINDS
            for row in registry.read_rows(T.HISTORY_REWRITES, broker=broker)):
         return None
+    if not exists(registry[T.QUEUE_BOUNDS].location):  # a warehouse of an older release
+        return None
     checked = registry.read_arrow(T.QUEUE_BOUNDS, broker=broker,
                                   snapshot_id=previous["snapshot_id"])
     return previous if checked.num_rows else None
@@ -202,22 +205,27 @@ def _older_units_sql(engine: CheckEngine, scope: SnapshotScope, loaded_units: st
     rc_compacted_units: the original units of the compacted queues' kept messages, however
     old. Each reads history for a few named topics, or not at all.
     """
-    def topics(sql: str) -> str:
-        named = engine.arrow(sql).column(0).to_pylist()
-        return ", ".join(sql_string(topic) for topic in named) or "NULL"
+    def units_of_topics(columns: str, topics_sql: str, condition: str = "TRUE") -> str:
+        """Units of the topics ``topics_sql`` names, or none without reading the table
+        (an empty list would still scan the whole history)."""
+        named = engine.arrow(topics_sql).column(0).to_pylist()
+        if not named:
+            return f"SELECT {columns} FROM rc_units WHERE FALSE"
+        listed = ", ".join(sql_string(topic) for topic in named)
+        return (f"SELECT {columns} FROM {loaded_units} AND topic IN ({listed}) "
+                f"AND {condition}")
 
-    expired_past_min = topics("""
-        SELECT DISTINCT topic FROM rc_bounds WHERE last_expired_offset >= min_offset""")
-    compacted = topics("SELECT DISTINCT topic FROM rc_compacted")
+    gap_columns = "topic, queue_id, queue_offset, batch_size"
     return {
         "rc_gap_units": f"""
-            SELECT topic, queue_id, queue_offset, batch_size FROM rc_units
+            SELECT {gap_columns} FROM rc_units
             UNION ALL
-            SELECT topic, queue_id, queue_offset, batch_size FROM {loaded_units}
-              AND topic IN ({expired_past_min})
-              AND (kind = 'filler' OR commitlog_offset < {scope.commitlog_min_offset})""",
-        "rc_compacted_units": f"""
-            SELECT {QUEUE_UNIT_COLUMNS} FROM {loaded_units} AND topic IN ({compacted})""",
+            {units_of_topics(
+                gap_columns,
+                "SELECT DISTINCT topic FROM rc_bounds WHERE last_expired_offset >= min_offset",
+                f"(kind = 'filler' OR commitlog_offset < {scope.commitlog_min_offset})")}""",
+        "rc_compacted_units": units_of_topics(QUEUE_UNIT_COLUMNS,
+                                              "SELECT DISTINCT topic FROM rc_compacted"),
     }
 
 
@@ -225,7 +233,7 @@ def _older_units_sql(engine: CheckEngine, scope: SnapshotScope, loaded_units: st
 SOURCES = (T.MESSAGES, T.QUEUE_ENTRIES, T.INDEX_ENTRIES, T.TOPICS, T.SUBSCRIPTION_GROUPS,
            T.CONSUMER_OFFSETS, T.DELAY_OFFSETS, T.PENDING_TIMERS, T.COMPACTED_ENTRIES,
            T.BROKER_EPOCHS, T.POP_IN_FLIGHT, T.QUARANTINE, T.RETENTION_GAPS,
-           T.HISTORY_REWRITES, T.SUPERSEDED_MESSAGES, T.QUEUE_BOUNDS)
+           T.HISTORY_REWRITES, T.SUPERSEDED_MESSAGES)
 
 
 def _current(table: str, offset: str) -> str:
@@ -238,6 +246,8 @@ def create_views(engine: CheckEngine, scope: SnapshotScope) -> None:
     """(Re)create the ``rc_*`` views of ``scope`` in ``engine``."""
     for name in SOURCES:
         engine.register(f"rc_all_{name}", name)
+    if scope.bounds_start is not None:
+        engine.register(f"rc_all_{T.QUEUE_BOUNDS}", T.QUEUE_BOUNDS)
     b, s, visible = scope.broker_sql, scope.snapshot_sql, scope.visible_sql
     cl_min, cl_max = scope.commitlog_min_offset, scope.commitlog_max_offset
     loaded_units = f"""rc_all_queue_entries q
