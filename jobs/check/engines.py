@@ -49,8 +49,10 @@ class CheckEngine(Protocol):
 
     name: str
 
-    def register(self, view: str, table: str) -> None:
-        """Make lakehouse ``table`` readable as ``view`` (read lazily, filtered by the SQL)."""
+    def register(self, view: str, table: str, files_where: str | None = None) -> None:
+        """Make lakehouse ``table`` readable as ``view`` (read lazily, filtered by the SQL);
+        ``files_where``: a predicate true of every row the SQL will read, which the Delta
+        log prunes files by before any is opened (an engine may ignore it)."""
 
     def create_view(self, name: str, sql: str, *, cached: bool = False) -> None:
         """Name the result of ``sql`` (kept in memory when ``cached``, or always)."""
@@ -88,8 +90,8 @@ class SparkEngine:
         self.spark, self.registry = spark, registry
         self._cached: list[DataFrame] = []
 
-    def register(self, view: str, table: str) -> None:
-        self.registry.read(table).createOrReplaceTempView(view)
+    def register(self, view: str, table: str, files_where: str | None = None) -> None:
+        self.registry.read(table).createOrReplaceTempView(view)  # Spark prunes by the SQL
 
     def create_view(self, name: str, sql: str, *, cached: bool = False) -> None:
         frame = self.spark.sql(sql)
@@ -136,13 +138,14 @@ class DuckDbEngine:
         self.connection.create_function(self.HASH_FUNCTION, _java_string_hashes, [VARCHAR],
                                         INTEGER, type="arrow", null_handling="special")
 
-    def register(self, view: str, table: str) -> None:
+    def register(self, view: str, table: str, files_where: str | None = None) -> None:
         location = table_location(self.warehouse, table)
         if not exists(location):
             raise FileNotFoundError(f"table {table} does not exist at {location}")
         # A dataset, not a table: DuckDB pushes the views' filters and columns into the
-        # scan, so only the broker's files and the columns used are read.
-        self.connection.register(view, arrow_dataset(location))
+        # scan, so only the broker's files and the columns used are read; files_where
+        # leaves the other partitions out of the dataset (a state table has one a night).
+        self.connection.register(view, arrow_dataset(location, files_where=files_where))
 
     def create_view(self, name: str, sql: str, *, cached: bool = False) -> None:
         self._run(f"CREATE OR REPLACE TEMP TABLE {name} AS {to_duckdb(sql)}")

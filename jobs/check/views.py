@@ -29,7 +29,7 @@ from datetime import datetime
 from jobs.check.engines import CheckEngine
 from jobs.lakehouse import tables as T
 from jobs.lakehouse.delta_io import sql_string
-from jobs.lakehouse.driver_rows import exists
+from jobs.lakehouse.driver_rows import exists, sql_text
 from jobs.lakehouse.history import HISTORY_KINDS, SUPERSEDED_SQL
 from jobs.lakehouse.tables import Registry
 
@@ -236,6 +236,26 @@ SOURCES = (T.MESSAGES, T.QUEUE_ENTRIES, T.INDEX_ENTRIES, T.TOPICS, T.SUBSCRIPTIO
            T.HISTORY_REWRITES, T.SUPERSEDED_MESSAGES)
 
 
+# The state tables the views read only the snapshot's rows of.
+OF_THE_SNAPSHOT = (T.TOPICS, T.SUBSCRIPTION_GROUPS, T.CONSUMER_OFFSETS, T.DELAY_OFFSETS,
+                   T.PENDING_TIMERS, T.COMPACTED_ENTRIES, T.POP_IN_FLIGHT, T.QUARANTINE,
+                   T.RETENTION_GAPS)
+
+
+def source_files(scope: SnapshotScope) -> dict[str, str]:
+    """Each table the views read, with a predicate true of every row they read: the
+    engine leaves the other files out before opening any (a state table has a partition
+    per night, so without it opening the table grows with history)."""
+    b, s = sql_text(scope.broker), sql_text(scope.snapshot_id)  # the Delta log's dialect
+    sources = {name: f"broker = {b}" for name in SOURCES}
+    sources |= {name: f"broker = {b} AND snapshot_id = {s}" for name in OF_THE_SNAPSHOT}
+    sources[T.SUPERSEDED_MESSAGES] = f"broker = {b} AND superseded_in_snapshot_id = {s}"
+    if scope.bounds_start is not None:
+        sources[T.QUEUE_BOUNDS] = (f"broker = {b} AND snapshot_id = "
+                                   f"{sql_text(scope.bounds_start)}")
+    return sources
+
+
 def _current(table: str, offset: str) -> str:
     """A fact row no rewrite superseded (jobs.load.rewrites): the store's history now."""
     return "NOT " + SUPERSEDED_SQL.format(r="rc_all_history_rewrites", t=table,
@@ -244,10 +264,8 @@ def _current(table: str, offset: str) -> str:
 
 def create_views(engine: CheckEngine, scope: SnapshotScope) -> None:
     """(Re)create the ``rc_*`` views of ``scope`` in ``engine``."""
-    for name in SOURCES:
-        engine.register(f"rc_all_{name}", name)
-    if scope.bounds_start is not None:
-        engine.register(f"rc_all_{T.QUEUE_BOUNDS}", T.QUEUE_BOUNDS)
+    for name, files_where in source_files(scope).items():
+        engine.register(f"rc_all_{name}", name, files_where)
     b, s, visible = scope.broker_sql, scope.snapshot_sql, scope.visible_sql
     cl_min, cl_max = scope.commitlog_min_offset, scope.commitlog_max_offset
     loaded_units = f"""rc_all_queue_entries q

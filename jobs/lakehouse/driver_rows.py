@@ -57,7 +57,24 @@ def read_arrow(location: str | Path, **equal: object) -> pa.Table:
         term = ds.field(column).isin(list(value)) if isinstance(value, list | tuple) \
             else ds.field(column) == value
         condition = term if condition is None else condition & term
-    return arrow_dataset(location).to_table(filter=condition)
+    return arrow_dataset(location, files_where=files_predicate(equal)).to_table(
+        filter=condition)
+
+
+def files_predicate(equal: Mapping[str, object]) -> str | None:
+    """``equal``'s filters as the SQL predicate the Delta log prunes files with (partition
+    values, statistics), so a table of many partitions (a state table has one per night)
+    is opened only where the rows can be; None when a value is not a plain string or
+    integer. The rows are still filtered exactly: the predicate only leaves files out."""
+    terms = []
+    for column, value in equal.items():
+        values = list(value) if isinstance(value, list | tuple) else [value]
+        if not values or not all(isinstance(v, str | int) and not isinstance(v, bool)
+                                 for v in values):
+            return None
+        literals = ", ".join(sql_text(v) if isinstance(v, str) else str(v) for v in values)
+        terms.append(f"{column} IN ({literals})")
+    return " AND ".join(terms) or None
 
 
 def arrow_dataset(location: str | Path, files_where: str | None = None) -> ds.Dataset:
