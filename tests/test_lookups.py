@@ -147,24 +147,6 @@ def test_a_lookup_finds_exactly_what_a_full_scan_finds_in_the_files_holding_it(
         assert max(step[T.MESSAGE_LOOKUP] for step in steps) <= len(GROWING) + 1, steps
 
 
-def test_consumer_positions_read_only_the_files_holding_the_positions_messages(
-        warehouse) -> None:  # type: ignore[no-untyped-def]
-    """consumer_positions looks up the two positions of every latest offset at once (its
-    ``wanted`` CTE, then one query of message_lookup): its rows are those its SQL gives
-    scanning everything, and messages is opened only in the files holding a message at one
-    of those positions."""
-    engine = LocalEngine(warehouse)
-    narrowed, full, steps, final = narrowed_and_full(engine, "consumer_positions", {})
-    assert as_json(narrowed) == as_json(full)
-    assert any(r["last_consumed_msg_id"] for r in narrowed)  # or this tests nothing
-    assert sum(1 for step in steps if step[T.MESSAGE_LOOKUP]) == 1
-    positions = lookup.positions_in(engine.query, saved_query("consumer_positions").sql,
-                                    "wanted", {})
-    pointed = lookup.pointers(engine.query, "position", positions)
-    # messages is scanned once for each side (last consumed, oldest unconsumed)
-    assert final[T.MESSAGES] == 2 * files_that_may_hold(warehouse, pointed, None) > 0
-
-
 def test_files_opened_stay_few_as_the_table_has_many(warehouse, sent) -> None:  # type: ignore[no-untyped-def]
     """The property above in numbers: messages has a file per load at least, a lookup
     opens one; message_lookup has sixteen buckets per load, a lookup opens one per load."""

@@ -47,15 +47,10 @@ from rmqlib.errors import CorruptDataError
 
 #: ``-- lookup: <kind> :<param> [:<param> ...]`` in a saved query's header.
 LOOKUP_LINE = re.compile(r"^--\s*lookup:\s*(\w+)((?:\s+:\w+)+)\s*$", re.MULTILINE)
-#: ``-- lookup: position from <cte>``: the positions are the rows (topic, queue_id,
-#: queue_offset) of one of the query's own common table expressions, found first.
-LOOKUP_FROM_LINE = re.compile(r"^--\s*lookup:\s*position\s+from\s+(\w+)\s*$", re.MULTILINE)
 #: Beyond this many pointers (a key every order shares) files are pruned by date only.
 MAX_POINTERS = 1000
 #: Text inlined into SQL as it is: no quote, backslash or space to escape in any dialect.
 _PLAIN = re.compile(r"^[\w.:+-]+$")
-#: Text inlined into SQL in single quotes: nothing to escape in any dialect.
-_QUOTABLE = re.compile(r"^[\w.+%| -]+$")
 
 Query = Callable[[str, dict[str, str]], pa.Table]
 
@@ -65,15 +60,7 @@ class Lookup:
     """What a saved query looks its messages up by."""
 
     kind: str
-    parameters: tuple[str, ...] = ()
-    source: str | None = None  # the query's CTE whose rows are the positions
-
-    def values(self, query: Query, sql: str, params: dict[str, str]) -> list[str]:
-        """The ``lookup_value``s to look up: the one the parameters give, or the
-        positions the source CTE lists."""
-        if self.source is None:
-            return [self.value(params)]
-        return positions_in(query, sql, self.source, params)
+    parameters: tuple[str, ...]
 
     def value(self, params: dict[str, str]) -> str:
         """The ``lookup_value`` the query's parameters give."""
@@ -90,9 +77,6 @@ class Lookup:
 
 def lookup_of(sql: str) -> Lookup | None:
     """The ``-- lookup:`` line of a saved query's text, if it has one."""
-    source = LOOKUP_FROM_LINE.search(sql)
-    if source is not None:
-        return Lookup(POSITION, source=source.group(1))
     match = LOOKUP_LINE.search(sql)
     if match is None:
         return None
@@ -112,27 +96,24 @@ def saved_statement(query: Query, warehouse: Path, name: str,
     lookup = lookup_of(saved.sql)
     if lookup is None:
         return saved.sql, checked
-    values = lookup.values(query, saved.sql, checked)
-    return narrowed(query, warehouse, saved.sql, lookup.kind, values), checked
+    return narrowed(query, warehouse, saved.sql, lookup.kind, lookup.value(checked)), checked
 
 
-def narrowed(query: Query, warehouse: Path, sql: str, kind: str,
-             values: Sequence[str]) -> str:
-    """``sql`` reading only the ``messages`` files that can hold a message of ``values``."""
-    condition = files_condition(query, warehouse, kind, values)
+def narrowed(query: Query, warehouse: Path, sql: str, kind: str, value: str) -> str:
+    """``sql`` reading only the ``messages`` files that can hold a message of ``value``."""
+    condition = files_condition(query, warehouse, kind, value)
     return sql if condition is None else with_messages_where(sql, condition)
 
 
-def files_condition(query: Query, warehouse: Path, kind: str,
-                    values: Sequence[str]) -> str | None:
-    """A predicate on ``messages`` true for every row looked up by (kind, each value);
-    None when the lookup table cannot say (not written yet, or values unsafe to inline)."""
+def files_condition(query: Query, warehouse: Path, kind: str, value: str) -> str | None:
+    """A predicate on ``messages`` true for every row looked up by (kind, value); None
+    when the lookup table cannot say (not written yet, or values unsafe to inline)."""
     pending = unindexed_snapshots(query, warehouse)
     if pending is None:
         return None
-    found = pointers(query, kind, values)
+    found = pointers(query, kind, [value])
     offsets: list[int] = []
-    for value in values if kind == MSG_ID else ():
+    if kind == MSG_ID:
         encoded = offset_in(value)
         if encoded is not None:
             offsets.append(encoded)
@@ -153,42 +134,15 @@ def files_condition(query: Query, warehouse: Path, kind: str,
 def pointers(query: Query, kind: str, values: Sequence[str]) -> list[dict]:
     """The distinct (broker, store_date, physical_offset) ``message_lookup`` has for
     each value: each value's bucket, kind and value as filters (a partition, then
-    statistics and Bloom filters). Several values that can be inlined are looked up in
-    one query (their buckets and values as lists), the rest one by one."""
-    distinct = list(dict.fromkeys(values))
-    listed = [v for v in distinct if _QUOTABLE.match(v)] if len(distinct) > 1 else []
+    statistics and Bloom filters)."""
     found: list[dict] = []
-    if listed:
-        buckets = ", ".join(f"'{b}'" for b in sorted({bucket(v) for v in listed}))
-        quoted = ", ".join(f"'{v}'" for v in listed)
-        rows = query("SELECT DISTINCT broker, store_date, physical_offset "
-                     f"FROM rmq.{T.MESSAGE_LOOKUP} WHERE lookup_bucket IN ({buckets}) "
-                     f"AND kind = :kind AND lookup_value IN ({quoted})", {"kind": kind})
-        found += rows.to_pylist()
-    for value in (v for v in distinct if v not in set(listed)):
+    for value in dict.fromkeys(values):
         rows = query("SELECT DISTINCT broker, store_date, physical_offset "
                      f"FROM rmq.{T.MESSAGE_LOOKUP} WHERE lookup_bucket = :bucket "
                      "AND kind = :kind AND lookup_value = :value",
                      {"bucket": bucket(value), "kind": kind, "value": value})
         found += rows.to_pylist()
     return found
-
-
-def positions_in(query: Query, sql: str, source: str, params: dict[str, str]) -> list[str]:
-    """The position values of the rows of ``sql``'s CTE ``source`` (topic, queue_id,
-    queue_offset; negative offsets, such as the one before offset 0, name nothing)."""
-    import sqlglot
-    from sqlglot import exp
-
-    tree = sqlglot.parse_one(sql, read="spark")
-    key = "with_" if "with_" in tree.args else "with"
-    if tree.args.get(key) is None:
-        raise QueryError(f"the lookup's source {source!r} is not a CTE of the query")
-    listing = exp.select("topic", "queue_id", "queue_offset").distinct().from_(source)
-    listing.set(key, tree.args[key].copy())
-    rows = query(listing.sql(dialect="spark"), params).to_pylist()
-    return [position_value(str(r["topic"]), int(r["queue_id"]), int(r["queue_offset"]))
-            for r in rows if r["queue_offset"] is not None and r["queue_offset"] >= 0]
 
 
 def unindexed_snapshots(query: Query, warehouse: Path) -> list[str] | None:

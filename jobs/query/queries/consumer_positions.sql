@@ -3,7 +3,6 @@
 -- store times. A side is null when that message is not in the tables (not produced yet, or
 -- deleted by retention before any load).
 -- params: (none)
--- lookup: position from wanted
 WITH loaded AS (
   SELECT broker, snapshot_id, snapshot_seq FROM rmq.snapshots WHERE status = 'loaded'
 ),
@@ -16,24 +15,23 @@ latest AS (
 offsets AS (
   SELECT o.* FROM rmq.consumer_offsets o JOIN latest l USING (broker, snapshot_id)
 ),
-wanted AS (  -- the queue positions the answer names: run first to find their messages' files
-  SELECT topic, queue_id, consumer_offset - 1 AS queue_offset FROM offsets
-  UNION
-  SELECT topic, queue_id, consumer_offset AS queue_offset FROM offsets
-),
-queued AS (  -- a message at its queue position: what a consumer pulling that offset receives
-  SELECT broker, topic, queue_id, queue_offset, msg_id, store_time
-  FROM rmq.messages WHERE transaction_type IN ('NOT', 'COMMIT')
+units AS (
+  SELECT broker, topic, queue_id, queue_offset, commitlog_offset
+  FROM rmq.queue_entries WHERE kind <> 'filler'
 )
 SELECT o.broker, o.snapshot_id, o.group_name, o.topic, o.queue_id, o.consumer_offset,
        last_m.msg_id AS last_consumed_msg_id, last_m.store_time AS last_consumed_store_time,
        next_m.msg_id AS oldest_unconsumed_msg_id,
        next_m.store_time AS oldest_unconsumed_store_time
 FROM offsets o
-LEFT JOIN queued last_m
-  ON last_m.broker = o.broker AND last_m.topic = o.topic AND last_m.queue_id = o.queue_id
- AND last_m.queue_offset = o.consumer_offset - 1
-LEFT JOIN queued next_m
-  ON next_m.broker = o.broker AND next_m.topic = o.topic AND next_m.queue_id = o.queue_id
- AND next_m.queue_offset = o.consumer_offset
+LEFT JOIN units last_u
+  ON last_u.broker = o.broker AND last_u.topic = o.topic AND last_u.queue_id = o.queue_id
+ AND last_u.queue_offset = o.consumer_offset - 1
+LEFT JOIN rmq.messages last_m
+  ON last_m.broker = last_u.broker AND last_m.physical_offset = last_u.commitlog_offset
+LEFT JOIN units next_u
+  ON next_u.broker = o.broker AND next_u.topic = o.topic AND next_u.queue_id = o.queue_id
+ AND next_u.queue_offset = o.consumer_offset
+LEFT JOIN rmq.messages next_m
+  ON next_m.broker = next_u.broker AND next_m.physical_offset = next_u.commitlog_offset
 ORDER BY o.broker, o.group_name, o.topic, o.queue_id
