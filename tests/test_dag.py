@@ -141,7 +141,7 @@ def test_the_dag_imports_with_its_tasks_retries_and_assets(airflow):  # type: ig
     assert clustered == {f"rmq.{t}" for t in ("cluster_lag", "replica_status", "check_results",
                                               "alerts")}
     assert loaded == {f"rmq.{t}" for t in T.TABLES} - checked - clustered
-    checked_tables = ("check_results", "consumer_lag", "consumer_status", "alerts")
+    checked_tables = ("check_results", "consumer_lag", "queue_bounds", "consumer_status", "alerts")
     assert checked == {f"rmq.{t}" for t in checked_tables}
     warehouse = airflow.work / "warehouse"
     assert {a.uri for a in dag.get_task("broker.check").outlets} == {
