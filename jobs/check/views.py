@@ -155,8 +155,7 @@ def _bounds_sql(scope: SnapshotScope, loaded_units: str) -> str:
     """
     cl_min = scope.commitlog_min_offset
     end = "queue_offset + coalesce(batch_size, 1)"
-    expired = (f"CASE WHEN kind = 'filler' OR commitlog_offset < {cl_min} "
-               "THEN queue_offset END")
+    expired = f"CASE WHEN {_expired(cl_min)} THEN queue_offset END"
     if scope.bounds_start is not None:
         changes = f"""
         SELECT topic, queue_id, queue_type, max_offset AS next, CAST(NULL AS BIGINT) AS live,
@@ -196,6 +195,11 @@ def _bounds_sql(scope: SnapshotScope, loaded_units: str) -> str:
         FROM ({units}) q GROUP BY topic, queue_id"""
 
 
+def _expired(cl_min: int) -> str:
+    """A unit that does not point into the commitlog: a filler, or its record deleted."""
+    return f"(kind = 'filler' OR commitlog_offset < {cl_min})"
+
+
 def _older_units_sql(engine: CheckEngine, scope: SnapshotScope, loaded_units: str) -> dict:
     """The views that read queue units older than the commitlog, only where they matter.
 
@@ -223,7 +227,7 @@ def _older_units_sql(engine: CheckEngine, scope: SnapshotScope, loaded_units: st
             {units_of_topics(
                 gap_columns,
                 "SELECT DISTINCT topic FROM rc_bounds WHERE last_expired_offset >= min_offset",
-                f"(kind = 'filler' OR commitlog_offset < {scope.commitlog_min_offset})")}""",
+                _expired(scope.commitlog_min_offset))}""",
         "rc_compacted_units": units_of_topics(QUEUE_UNIT_COLUMNS,
                                               "SELECT DISTINCT topic FROM rc_compacted"),
     }
