@@ -29,7 +29,7 @@ from jobs.lakehouse.tables import Registry, table_location
 from jobs.load import job
 from jobs.load.job import load_snapshot
 from jobs.load.lookup_rows import LookupWrite
-from jobs.query import lookup
+from jobs.query import lookup, narrowing
 from jobs.query.local_engine import LocalEngine
 from jobs.query.saved import saved_query
 
@@ -225,3 +225,25 @@ def test_every_batch_member_and_every_key_of_a_message_finds_it(warehouse, featu
         for key in message["keys"]:
             found = engine.saved("message_by_key", {"key": key}).to_pylist()
             assert message["msgId"] in {r["msg_id"] for r in found if r["broker"] == "f"}, key
+
+
+def test_consumer_positions_read_the_latest_offsets_and_their_messages_files_alone(
+        warehouse) -> None:  # type: ignore[no-untyped-def]
+    """The saved query's ``-- narrow:`` lines (jobs/query/narrowing.py): the same rows as
+    its SQL reading everything, from one consumer_offsets partition per broker (its latest
+    loaded snapshot) and only the messages files holding the messages it names (here
+    all four files: bench/years.py shows 2 of 202 at night 100)."""
+    engine = LocalEngine(warehouse)
+    sql = saved_query("consumer_positions").sql
+    narrowed = engine.saved("consumer_positions").to_pylist()
+    full = engine.query(sql).to_pylist()
+    assert as_json(narrowed) == as_json(full)
+    named = [{"broker": r["broker"], "physical_offset": r["physical_offset"]}
+             for r in engine.query(narrowing.cte_listing(sql, "pointed")).to_pylist()]
+    assert any(r["last_consumed_msg_id"] for r in narrowed) and named
+    opened = engine.saved_files_opened("consumer_positions")
+    everything = engine.files_opened(sql)
+    assert opened[T.CONSUMER_OFFSETS] == len({r["broker"] for r in full}) == 2
+    assert everything[T.CONSUMER_OFFSETS] == len(GROWING) + 1
+    # the query joins messages twice (last consumed, oldest unconsumed): each opens them
+    assert opened[T.MESSAGES] == 2 * files_that_may_hold(warehouse, named, None)

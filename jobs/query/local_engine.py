@@ -33,7 +33,8 @@ from jobs.lakehouse.history import (
 from jobs.lakehouse.tables import table_location
 from jobs.query.engine import Column, SqlError
 from jobs.query.lookup import saved_statement
-from jobs.query.saved import bind_as_literals
+from jobs.query.narrowing import narrow
+from jobs.query.saved import bind_as_literals, saved_query
 
 #: A Parquet scan of EXPLAIN ANALYZE: the table of its first file and the files it opened.
 _SCAN = re.compile(rf"DataSourceExec: file_groups=\{{.*?/{T.DATABASE}\.db/(?P<table>\w+)/"
@@ -86,84 +87,41 @@ class LocalEngine:
 
     def _execute(self, bound: str, settings: dict[str, str] | None = None) -> pa.Table:
         """Run bound SQL text with DataFusion ``settings`` for this statement alone."""
-        builder = self._builder({name.lower() for name in TABLE_REFERENCE.findall(bound)},
-                                settings or {})
-        try:
-            # from_stream, not pa.table(): pa.table() asks pandas (1 s to import) first
-            return pa.RecordBatchReader.from_stream(builder.execute(bound)).read_all()
-        except DeltaError as error:
-            raise SqlError.from_engine(error) from None
+        return _Context(self, settings or {}).execute(bound)
 
     def saved(self, name: str, params: dict[str, str] | None = None) -> pa.Table:
-        """The rows of saved query ``name``, its parameters checked first."""
-        return self.query(*saved_statement(self.query, self.warehouse, name, params))
+        """The rows of saved query ``name``, its parameters checked first. Its steps (a
+        lookup's pointers, a narrowing's listings, then the query) share one context: each
+        table is registered once, and every step reads the same version of it."""
+        context = _Context(self, {})
+        return context.execute(self._prepared(context, name, params))
 
     def files_opened(self, sql: str, params: dict[str, str] | None = None) -> dict[str, int]:
         """How many data files of each table running ``sql`` opens, by DataFusion's own
         count (EXPLAIN ANALYZE): what is left after the Delta log's partition and
         statistics pruning. A table whose files were all pruned is absent."""
-        # A large file is scanned as several byte ranges, each counted as opened: counted
-        # here with files unsplit, so that each file counts once.
-        plan = self._execute(f"EXPLAIN ANALYZE {bind_as_literals(sql, params or {})}",
-                             {"datafusion.optimizer.repartition_file_scans": "false"})
-        opened: dict[str, int] = {}
-        for text in plan.column("plan").to_pylist():
-            for line in text.splitlines():
-                scan = _SCAN.search(line)
-                if scan is not None:
-                    table = scan.group("table")
-                    opened[table] = opened.get(table, 0) + int(scan.group("opened"))
-        return opened
+        return _opened(self._execute(f"EXPLAIN ANALYZE {bind_as_literals(sql, params or {})}",
+                                     _UNSPLIT))
+
+    def saved_files_opened(self, name: str, params: dict[str, str] | None = None
+                           ) -> dict[str, int]:
+        """:meth:`files_opened` by saved query ``name`` as :meth:`saved` runs it (its
+        lookup and narrowing done first; their own steps not counted)."""
+        context = _Context(self, _UNSPLIT)
+        return _opened(context.execute(f"EXPLAIN ANALYZE {self._prepared(context, name, params)}"))
+
+    def _prepared(self, context: _Context, name: str, params: dict[str, str] | None) -> str:
+        """Saved query ``name``'s bound SQL, its lookup's pointers found and its
+        narrowing's rows listed in ``context`` (jobs.query.lookup, jobs.query.narrowing)."""
+        def query(sql: str, params: dict[str, str] | None = None) -> pa.Table:
+            return context.execute(bind_as_literals(sql, params or {}))
+
+        sql, checked = saved_statement(query, self.warehouse, name, params)
+        narrow(query, saved_query(name).sql, checked, context.restrict)
+        return bind_as_literals(sql, checked)
 
     def close(self) -> None:
         """Nothing to give back: DataFusion lives in this process."""
-
-    def _builder(self, tables: set[str], settings: dict[str, str]) -> QueryBuilder:
-        """A DataFusion context for one statement, with ``tables`` registered at their
-        latest committed versions (a few ms each): like a new Spark query, each statement
-        sees the last night's commits, so a shell left open across a load reads the new
-        night, and a saved lookup's later steps never read a table older than its first."""
-        builder = QueryBuilder()
-        builder.execute(f"CREATE SCHEMA {T.DATABASE}").read_all()
-        for option, value in settings.items():
-            builder.execute(f"SET {option} = {value}").read_all()
-        current = self._current_views(tables)
-        for table in sorted(tables - set(current)):
-            raw = _all_rows_of(table)
-            if raw is not None:  # rmq.messages_all: every row, superseded ones included
-                builder.register(f"{T.DATABASE}.{table}", self._delta_table(raw))
-            else:
-                builder.register(f"{T.DATABASE}.{table}", self._delta_table(table))
-        if current and T.HISTORY_REWRITES not in tables:
-            builder.register(f"{T.DATABASE}.{T.HISTORY_REWRITES}",
-                             self._delta_table(T.HISTORY_REWRITES))
-        for table, view in current.items():
-            if f"{table}{ALL_ROWS_SUFFIX}" not in tables:
-                builder.register(f"{T.DATABASE}.{table}{ALL_ROWS_SUFFIX}",
-                                 self._delta_table(table))
-            builder.execute(f"CREATE VIEW {T.DATABASE}.{table} AS {view}").read_all()
-        return builder
-
-    def _current_views(self, tables: set[str]) -> dict[str, str]:
-        """The views of the fact tables ``tables`` names that must leave superseded rows
-        out (jobs.lakehouse.history): none while no broker's history was ever rewritten,
-        so a query then reads the tables exactly as they are."""
-        facts = sorted(t for t in tables if t in OFFSET_COLUMNS)
-        if not facts or not self._history_rewritten():
-            return {}
-        return {t: current_rows_sql(t, f"{T.DATABASE}.{t}{ALL_ROWS_SUFFIX}",
-                                    f"{T.DATABASE}.{T.HISTORY_REWRITES}") for t in facts}
-
-    def _history_rewritten(self) -> bool:
-        """Whether any broker's history was ever rewritten (a few ms: DataFusion over the
-        tiny history_rewrites table, no pandas)."""
-        location = table_location(self.warehouse, T.HISTORY_REWRITES)
-        if not exists(location):
-            return False
-        kinds = ", ".join(f"'{kind}'" for kind in HISTORY_KINDS)
-        probe = QueryBuilder().register("rewrites", DeltaTable(str(location))).execute(
-            f"SELECT count(*) AS n FROM rewrites WHERE kind IN ({kinds})")
-        return pa.RecordBatchReader.from_stream(probe).read_all().column(0)[0].as_py() > 0
 
     def _delta_table(self, table: str) -> DeltaTable:
         location = table_location(self.warehouse, table)
@@ -171,6 +129,116 @@ class LocalEngine:
             known = ", ".join(self.tables()) or "none yet"
             raise SqlError(f"no table rmq.{table} in {self.warehouse} (tables: {known})")
         return DeltaTable(str(location))
+
+
+class _Context:
+    """A DataFusion context whose tables are registered, at their latest committed
+    versions (a few ms each), when a statement first names them. A statement of its own
+    gets a new context: like a new Spark query it sees the last night's commits, so a shell
+    left open across a load reads the new night."""
+
+    def __init__(self, engine: LocalEngine, settings: dict[str, str]) -> None:
+        self.engine = engine
+        self.builder = QueryBuilder()
+        self.builder.execute(f"CREATE SCHEMA {T.DATABASE}").read_all()
+        for option, value in settings.items():
+            self.builder.execute(f"SET {option} = {value}").read_all()
+        self.registered: set[str] = set()
+        self.restricted: dict[str, str] = {}  # table -> the rows a saved query reads
+        self.rewritten: bool | None = None  # whether any history was rewritten: asked once
+
+    def execute(self, bound: str) -> pa.Table:
+        """The rows of bound SQL text, the tables it names registered first."""
+        self._register({name.lower() for name in TABLE_REFERENCE.findall(bound)})
+        try:
+            # from_stream, not pa.table(): pa.table() asks pandas (1 s to import) first
+            return pa.RecordBatchReader.from_stream(self.builder.execute(bound)).read_all()
+        except DeltaError as error:
+            raise SqlError.from_engine(error) from None
+
+    def restrict(self, table: str, condition: str) -> None:
+        """Read ``rmq.<table>`` in this context only where ``condition`` holds
+        (jobs.query.narrowing); not once the table is registered, so every statement of
+        the context reads the same rows."""
+        if table not in self.registered:
+            self.restricted[table] = condition
+
+    def _register(self, tables: set[str]) -> None:
+        tables = tables - self.registered
+        current = self._current_views(tables)
+        for table in sorted(tables - set(current)):
+            source = _all_rows_of(table) or table
+            if table in self.restricted:
+                self._table(f"{table}{_WHOLE}", source)
+                self._view(table, f"SELECT * FROM {T.DATABASE}.{table}{_WHOLE}")
+            else:
+                self._table(table, source)
+        if current:
+            self._table(T.HISTORY_REWRITES, T.HISTORY_REWRITES)
+        for table, view in current.items():
+            self._table(f"{table}{ALL_ROWS_SUFFIX}", table)
+            self._view(table, view)
+
+    def _table(self, name: str, table: str) -> None:
+        """Register ``rmq.<name>`` as Delta table ``table`` (``messages_all`` is every row
+        of ``messages``), unless it already is."""
+        if name not in self.registered:
+            self.builder.register(f"{T.DATABASE}.{name}", self.engine._delta_table(table))
+            self.registered.add(name)
+
+    def _view(self, name: str, select: str) -> None:
+        """Register ``rmq.<name>`` as a view of ``select``, restricted if it is."""
+        if name in self.restricted:
+            select = f"SELECT * FROM ({select}) AS whole WHERE {self.restricted[name]}"
+        self.builder.execute(f"CREATE VIEW {T.DATABASE}.{name} AS {select}").read_all()
+        self.registered.add(name)
+
+    def _current_views(self, tables: set[str]) -> dict[str, str]:
+        """The views of the fact tables ``tables`` names that must leave superseded rows
+        out (jobs.lakehouse.history): none while no broker's history was ever rewritten,
+        so a query then reads the tables exactly as they are."""
+        facts = sorted(t for t in tables if t in OFFSET_COLUMNS)
+        if not facts:
+            return {}
+        if self.rewritten is None:
+            self.rewritten = _history_rewritten(self.engine.warehouse)
+        if not self.rewritten:
+            return {}
+        return {t: current_rows_sql(t, f"{T.DATABASE}.{t}{ALL_ROWS_SUFFIX}",
+                                    f"{T.DATABASE}.{T.HISTORY_REWRITES}") for t in facts}
+
+
+#: The suffix under which a restricted table is registered whole, under its view.
+_WHOLE = "__whole"
+
+
+def _history_rewritten(warehouse: Path) -> bool:
+    """Whether any broker's history was ever rewritten (a few ms: DataFusion over the
+    tiny history_rewrites table, no pandas)."""
+    location = table_location(warehouse, T.HISTORY_REWRITES)
+    if not exists(location):
+        return False
+    kinds = ", ".join(f"'{kind}'" for kind in HISTORY_KINDS)
+    probe = QueryBuilder().register("rewrites", DeltaTable(str(location))).execute(
+        f"SELECT count(*) AS n FROM rewrites WHERE kind IN ({kinds})")
+    return pa.RecordBatchReader.from_stream(probe).read_all().column(0)[0].as_py() > 0
+
+
+#: A large file is scanned as several byte ranges, each counted as opened: counted with
+#: files unsplit, so that each file counts once.
+_UNSPLIT = {"datafusion.optimizer.repartition_file_scans": "false"}
+
+
+def _opened(plan: pa.Table) -> dict[str, int]:
+    """The data files each table's scans opened, from an EXPLAIN ANALYZE plan."""
+    opened: dict[str, int] = {}
+    for text in plan.column("plan").to_pylist():
+        for line in text.splitlines():
+            scan = _SCAN.search(line)
+            if scan is not None:
+                table = scan.group("table")
+                opened[table] = opened.get(table, 0) + int(scan.group("opened"))
+    return opened
 
 
 def _all_rows_of(name: str) -> str | None:

@@ -41,6 +41,7 @@ from jobs.lakehouse.message_lookup import (
     position_value,
 )
 from jobs.lakehouse.tables import table_location
+from jobs.query.narrowing import PLAIN, pairs_condition
 from jobs.query.saved import QueryError, saved_query
 from rmqlib.commitlog.msgid import decode_offset_msg_id
 from rmqlib.errors import CorruptDataError
@@ -49,8 +50,6 @@ from rmqlib.errors import CorruptDataError
 LOOKUP_LINE = re.compile(r"^--\s*lookup:\s*(\w+)((?:\s+:\w+)+)\s*$", re.MULTILINE)
 #: Beyond this many pointers (a key every order shares) files are pruned by date only.
 MAX_POINTERS = 1000
-#: Text inlined into SQL as it is: no quote, backslash or space to escape in any dialect.
-_PLAIN = re.compile(r"^[\w.:+-]+$")
 
 Query = Callable[[str, dict[str, str]], pa.Table]
 
@@ -124,7 +123,7 @@ def files_condition(query: Query, warehouse: Path, kind: str, value: str) -> str
     terms = [_pointer_term(found), *([f"physical_offset IN ({_ints(offsets)})"]
                                      if offsets else [])]
     if pending:
-        if not all(_PLAIN.match(s) for s in pending):
+        if not all(PLAIN.match(s) for s in pending):
             return None
         terms.append(f"first_snapshot_id IN ({', '.join(repr(s) for s in pending)})")
     terms = [t for t in terms if t]
@@ -194,38 +193,18 @@ def with_messages_where(sql: str, condition: str) -> str:
 
 
 def _pointer_term(found: list[dict]) -> str:
-    """``store_date IN (..) AND physical_offset IN (..) [AND broker IN (..)]``; by date
-    alone past MAX_POINTERS; empty when nothing was found."""
+    """``store_date IN (..) AND <each broker's physical offsets>``; by date alone past
+    MAX_POINTERS; empty when nothing was found."""
     if not found:
         return ""
     dates = sorted({row["store_date"] for row in found})
     terms = [f"store_date IN ({', '.join(_date(d) for d in dates)})"]
     if len(found) <= MAX_POINTERS:
-        by_broker: dict[str, list[int]] = {}
-        for row in found:
-            by_broker.setdefault(str(row["broker"]), []).append(row["physical_offset"])
-        if all(_PLAIN.match(b) for b in by_broker):
-            # each broker's offsets with its name: a file of one broker is not opened for
-            # an offset only another broker's message has
-            terms.append("(" + " OR ".join(
-                f"(broker = {b!r} AND {_offsets_in(offsets)})"
-                for b, offsets in sorted(by_broker.items())) + ")")
-        else:
-            terms.append(f"physical_offset IN ({_ints(r['physical_offset'] for r in found)})")
+        by_broker = pairs_condition("physical_offset",
+                                    ((row["broker"], row["physical_offset"]) for row in found))
+        terms.append(by_broker if by_broker is not None else
+                     f"physical_offset IN ({_ints(r['physical_offset'] for r in found)})")
     return " AND ".join(terms)
-
-
-#: DataFusion prunes files by an IN list of at most 20 values (it rewrites it to ORs of
-#: equalities); a longer list is checked row by row in every file.
-PRUNABLE_LIST = 20
-
-
-def _offsets_in(offsets: list[int]) -> str:
-    """``physical_offset IN (..)`` as lists short enough to prune files by."""
-    distinct = sorted(set(offsets))
-    chunks = [distinct[i:i + PRUNABLE_LIST] for i in range(0, len(distinct), PRUNABLE_LIST)]
-    lists = [f"physical_offset IN ({_ints(chunk)})" for chunk in chunks]
-    return lists[0] if len(lists) == 1 else "(" + " OR ".join(lists) + ")"
 
 
 def _ints(values: object) -> str:

@@ -8,7 +8,9 @@ finds messages by a value message_lookup indexes (jobs.query.lookup reads few fi
 A ``-- default: <param> = last <N> days of <table>.<date column>`` line makes a date
 parameter optional: left out, it is the first of the last N days the table holds (its
 newest partition value, from the Delta log: nothing is scanned), so a query over recent
-days reads the same few partitions however long the history behind them.
+days reads the same few partitions however long the history behind them. A
+``-- narrow: <table> by <cte>`` line says the query uses only the rows of a table its own
+CTE lists (jobs.query.narrowing reads just those on the local engine).
 """
 
 from __future__ import annotations
@@ -109,7 +111,7 @@ def saved_queries(directory: Path = QUERIES_DIR) -> dict[str, SavedQuery]:
         text = path.read_text(encoding="utf-8")
         header = [line.lstrip("- ").rstrip() for line in text.splitlines()
                   if line.startswith("--")
-                  and not line.startswith(("-- params", "-- lookup", "-- default"))]
+                  and not line.startswith(("-- params", "-- lookup", "-- default", "-- narrow"))]
         defaults = {m.group(1): RecentDays(int(m.group(2)), m.group(3), m.group(4))
                     for m in DEFAULT_LINE.finditer(text)}
         queries[path.stem] = SavedQuery(path.stem, " ".join(header).strip(), text, defaults)
