@@ -45,7 +45,9 @@ def pending_snapshots(registry: Registry, broker: str, seq: int) -> list[str]:
 
 def lookup_sql(broker: str, snapshot_ids: Iterable[str]) -> str:
     """DuckDB SQL over view ``messages`` giving the lookup rows of the broker's messages
-    first seen in ``snapshot_ids``, sorted by bucket and value."""
+    first seen in ``snapshot_ids``, sorted by bucket and value. Each row is distinct
+    without a DISTINCT over them all: a message row has one msgId and one position, and
+    its keys are made distinct before they are unnested (a key may repeat in ``KEYS``)."""
     ids = ", ".join(sql_text(s) for s in snapshot_ids)
     pointer = "broker, store_date, physical_offset, inner_index, first_snapshot_id"
     queued = ", ".join(sql_text(t) for t in QUEUED_TYPES)
@@ -57,11 +59,11 @@ def lookup_sql(broker: str, snapshot_ids: Iterable[str]) -> str:
             FROM m WHERE msg_id IS NOT NULL AND msg_id <> ''
             UNION ALL
             SELECT '{KEY}', k, {pointer}
-            FROM (SELECT unnest(keys) AS k, {pointer} FROM m) WHERE k <> ''
+            FROM (SELECT unnest(list_distinct(keys)) AS k, {pointer} FROM m) WHERE k <> ''
             UNION ALL
             SELECT '{POSITION}', concat_ws(' ', topic, queue_id, queue_offset), {pointer}
             FROM m WHERE transaction_type IN ({queued}))
-        SELECT DISTINCT substr(md5(lookup_value), 1, 1) AS lookup_bucket, kind,
+        SELECT substr(md5(lookup_value), 1, 1) AS lookup_bucket, kind,
                lookup_value, {pointer}
         FROM entries
         ORDER BY lookup_bucket, lookup_value, broker, physical_offset, inner_index"""
