@@ -76,7 +76,7 @@ VARIANTS: dict[str, dict] = {
     "nosha": {"env": "nosha"},
     "batch4k": {"env": "batch=4096"},
     "batch64k": {"env": "batch=65536"},
-    "lookupdistinct": {"env": "lookup-distinct"},
+    "lookupformer": {"env": "lookup-former"},
     "nodict": {"conf": {"parquet.enable.dictionary": "false"}},
     # dictionary encoding off only for the columns whose values are (nearly) all distinct
     "nodict-unique": {"conf": {f"parquet.enable.dictionary#{column}": "false" for column in (

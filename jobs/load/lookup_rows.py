@@ -47,7 +47,9 @@ def lookup_sql(broker: str, snapshot_ids: Iterable[str]) -> str:
     """DuckDB SQL over view ``messages`` giving the lookup rows of the broker's messages
     first seen in ``snapshot_ids``, sorted by bucket and value. Each row is distinct
     without a DISTINCT over them all: a message row has one msgId and one position, and
-    its keys are made distinct before they are unnested (a key may repeat in ``KEYS``)."""
+    its keys are made distinct before they are unnested (a key may repeat in ``KEYS``).
+    The order leaves out ``broker``, one here: each sort column costs DuckDB's sort (with
+    it, 5.4 CPU-s for the 3.5 M rows of a 1 GiB night instead of 3.8)."""
     ids = ", ".join(sql_text(s) for s in snapshot_ids)
     pointer = "broker, store_date, physical_offset, inner_index, first_snapshot_id"
     queued = ", ".join(sql_text(t) for t in QUEUED_TYPES)
@@ -66,7 +68,7 @@ def lookup_sql(broker: str, snapshot_ids: Iterable[str]) -> str:
         SELECT substr(md5(lookup_value), 1, 1) AS lookup_bucket, kind,
                lookup_value, {pointer}
         FROM entries
-        ORDER BY lookup_bucket, lookup_value, broker, physical_offset, inner_index"""
+        ORDER BY lookup_bucket, lookup_value, physical_offset, inner_index"""
 
 
 @dataclass
