@@ -148,6 +148,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "sql" and args.query and args.saved:
         print("error: give either SQL text or --saved NAME", file=sys.stderr)
         return EXIT_USAGE
+    from jobs.lakehouse.locations import UnsupportedLocationError
+
+    try:
+        _warehouse(args)  # a location the product cannot write is refused before any work
+    except UnsupportedLocationError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_REFUSED
     try:
         if args.command == "sql":
             return _sql(args)
@@ -180,7 +187,7 @@ def _pipeline_config(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         print(f"error: {error}", file=sys.stderr)
         return None
     if args.warehouse:
-        config = replace(config, warehouse=Path(args.warehouse).resolve())
+        config = replace(config, warehouse=_warehouse_option(args))
     return config
 
 
@@ -258,7 +265,7 @@ def _run(args: argparse.Namespace) -> int:
     refused = _refusals()
     spark = SparkOnDemand(lambda: build_spark_session(
         f"rmq-{args.command}", master=args.master,
-        warehouse=Path(args.warehouse).resolve() if args.warehouse else None))
+        warehouse=_warehouse_option(args)))
     try:
         if args.command == "load":
             _check_store(Path(args.store))  # a wrong path fails in a second, not after Spark
@@ -286,7 +293,15 @@ def _warehouse(args: argparse.Namespace) -> Path:
     """``--warehouse``, else ``$RMQ_WAREHOUSE`` or ``.cache/warehouse``, as an absolute path."""
     from jobs.lakehouse.tables import default_warehouse
 
-    return (Path(args.warehouse) if args.warehouse else default_warehouse()).resolve()
+    return _warehouse_option(args) or default_warehouse().resolve()
+
+
+def _warehouse_option(args: argparse.Namespace) -> Path | None:
+    """``--warehouse`` as an absolute path; None when not given. A URI is refused
+    (jobs.lakehouse.locations): never a local directory named ``s3:``."""
+    from jobs.lakehouse.locations import local_directory
+
+    return local_directory(args.warehouse, "--warehouse").resolve() if args.warehouse else None
 
 
 def _first_line(error: BaseException) -> str:

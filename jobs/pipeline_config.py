@@ -51,6 +51,7 @@ import yaml
 
 from jobs.lakehouse.engine_choice import ENGINES
 from jobs.lakehouse.jars import REPO_ROOT
+from jobs.lakehouse.locations import UnsupportedLocationError, local_directory
 
 DEFAULT_CONFIG = REPO_ROOT / "config" / "pipeline.yaml"
 BROKER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -140,11 +141,11 @@ def load_config(path: str | Path | None = None) -> PipelineConfig:
         raise PipelineConfigError(f"{path}: unknown key(s) {', '.join(unknown)}")
 
     def where(key: str, default: str) -> Path:
-        value = Path(os.path.expanduser(str(document.get(key, default))))
+        value = local(os.path.expanduser(str(document.get(key, default))), f"{path}: {key}")
         return value if value.is_absolute() else REPO_ROOT / value
 
-    warehouse = Path(os.environ["RMQ_WAREHOUSE"]) if os.environ.get("RMQ_WAREHOUSE") \
-        else where("warehouse", ".cache/warehouse")
+    warehouse = local(os.environ["RMQ_WAREHOUSE"], "RMQ_WAREHOUSE") \
+        if os.environ.get("RMQ_WAREHOUSE") else where("warehouse", ".cache/warehouse")
     return PipelineConfig(
         schedule=str(document.get("schedule", "0 2 * * *")),
         snapshot_root=where("snapshot_root", ".cache/snapshots"),
@@ -165,6 +166,14 @@ def load_config(path: str | Path | None = None) -> PipelineConfig:
         load_engine=_choice(path, document, "load_engine", "auto", ENGINES),
         local_load_up_to_mib=int(_at_least(path, document, "local_load_up_to_mib", 256, 0)),
     )
+
+
+def local(location: str, what: str) -> Path:
+    """A location of the config as a local path; a URI is refused (jobs.lakehouse.locations)."""
+    try:
+        return local_directory(location, what)
+    except UnsupportedLocationError as error:
+        raise PipelineConfigError(str(error)) from None
 
 
 def _choice(path: Path, document: dict, key: str, default: str, choices: tuple[str, ...]) -> str:

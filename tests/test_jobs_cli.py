@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -49,6 +50,27 @@ def test_a_directory_that_is_not_a_store_is_refused_in_one_line(tmp_path: Path) 
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "not a RocketMQ store" in errors[0]
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("command", [
+    ["load", "--broker", "b", "--snapshot-id", "s1", "/s"], ["sql", "SELECT 1"], ["tables"],
+    ["maintain", "--broker", "b"]])
+def test_a_warehouse_on_object_storage_is_refused_not_made_a_local_directory(
+        tmp_path: Path, command: list[str]) -> None:
+    """``Path("s3://rmq/wh")`` is the relative directory ``s3:/rmq/wh``: the CLI must say no
+    in one line, before any work, and leave nothing behind, given as an option or in the
+    environment."""
+    for option, env in ((["--warehouse", "s3://rmq/wh"], {}),
+                        ([], {"RMQ_WAREHOUSE": "s3://rmq/wh"})):
+        result = subprocess.run([sys.executable, "-m", "jobs", *option, *command],
+                                cwd=tmp_path, text=True, capture_output=True, timeout=120,
+                                env={**os.environ, "PYTHONPATH": str(REPO), **env})
+        assert result.returncode == 3, (command, result.stderr)
+        assert result.stderr.splitlines() == [
+            f"error: {'--warehouse' if option else 'RMQ_WAREHOUSE'} 's3://rmq/wh': s3:// "
+            "locations are not supported yet; give a local directory (or a shared "
+            "filesystem mounted at the same path on every host)"]
+        assert list(tmp_path.iterdir()) == []
 
 
 def test_a_saved_query_without_its_parameter_is_refused(tmp_path: Path) -> None:

@@ -69,12 +69,22 @@ def test_defaults_and_relative_paths(tmp_path, monkeypatch) -> None:  # type: ig
      "a is a slave of 'b', which is not a listed master of cluster 'C'"),
     ({"brokers": [{"name": "a", "store": "/s", "cluster": "has space"}]},
      "not a usable cluster name"),
+    ({"warehouse": "s3://rmq/wh"}, "warehouse 's3://rmq/wh': s3:// locations are not supported"),
+    ({"snapshot_root": "gs://b/snaps"}, "snapshot_root 'gs://b/snaps': gs:// locations"),
 ])
 def test_a_wrong_config_names_the_file_and_the_key(tmp_path, document, message) -> None:  # type: ignore[no-untyped-def]
     path = write(tmp_path, document)
     with pytest.raises(PipelineConfigError) as error:
         load_config(path)
     assert str(path) in str(error.value) and message in str(error.value)
+
+
+def test_a_warehouse_uri_in_the_environment_is_refused(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("RMQ_WAREHOUSE", "s3a://rmq/wh")
+    with pytest.raises(PipelineConfigError, match="RMQ_WAREHOUSE 's3a://rmq/wh'"):
+        load_config(write(tmp_path, {}))
+    monkeypatch.setenv("RMQ_WAREHOUSE", f"file://{tmp_path}/wh")
+    assert load_config(write(tmp_path, {})).warehouse == tmp_path / "wh"
 
 
 def test_the_brokers_variable_is_json() -> None:

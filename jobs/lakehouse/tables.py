@@ -21,6 +21,7 @@ from jobs.lakehouse import driver_rows
 from jobs.lakehouse.contracts import Contract, load_contracts, schema_drift
 from jobs.lakehouse.history import ALL_ROWS_SUFFIX, OFFSET_COLUMNS, current_rows_sql
 from jobs.lakehouse.jars import REPO_ROOT
+from jobs.lakehouse.locations import local_directory
 from jobs.lakehouse.table_ddl import create_table, evolve_table
 from jobs.lakehouse.table_versions import (
     MIGRATE_COMMAND,
@@ -96,8 +97,10 @@ _REGISTERED: dict[int, dict[str, str]] = {}
 
 
 def default_warehouse() -> Path:
-    """The warehouse when none is given: ``$RMQ_WAREHOUSE``, else ``.cache/warehouse``."""
-    return Path(os.environ.get("RMQ_WAREHOUSE") or DEFAULT_WAREHOUSE)
+    """The warehouse when none is given: ``$RMQ_WAREHOUSE``, else ``.cache/warehouse``
+    (a URI is refused: jobs.lakehouse.locations)."""
+    return local_directory(os.environ.get("RMQ_WAREHOUSE") or DEFAULT_WAREHOUSE,
+                           "RMQ_WAREHOUSE")
 
 
 def table_location(warehouse: str | Path, name: str) -> Path:
