@@ -29,8 +29,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
+from jobs.lakehouse.engine_choice import ENGINES, LOCAL_CHECKS_UP_TO_MIB, LOCAL_LOAD_UP_TO_MIB
+
 EXIT_OK, EXIT_ALERT, EXIT_USAGE, EXIT_REFUSED, EXIT_INTERNAL = 0, 1, 2, 3, 4
-ENGINE_CHOICES = ("auto", "local", "spark")  # jobs.lakehouse.engine_choice.ENGINES
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -58,7 +59,8 @@ def _parser() -> argparse.ArgumentParser:
     load.add_argument("--query", action="append", default=[], metavar="NAME",
                       help="after the load, show this saved query (no parameters)")
     _engine_arguments(load, "where what is new gets decoded: local (this process, no JVM), "
-                      "spark (the executors)", "past the high-water marks")
+                      "spark (the executors)", "past the high-water marks",
+                      LOCAL_LOAD_UP_TO_MIB)
 
     check = commands.add_parser("check", help="check a loaded snapshot: reconcile, Great "
                                 "Expectations, nightly report, alert")
@@ -69,7 +71,8 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--output", type=Path, help="where Data Docs and reports go "
                        "(default <warehouse>/_checks)")
     _engine_arguments(check, "where reconcile and Great Expectations run: local (DuckDB in "
-                      "this process, no JVM), spark", "of commitlog in the snapshot")
+                      "this process, no JVM), spark", "of commitlog in the snapshot",
+                      LOCAL_CHECKS_UP_TO_MIB)
 
     cluster = commands.add_parser("cluster", help="judge a cluster's night (its brokers "
                                   "loaded and checked): cluster lag and status, slaves "
@@ -128,13 +131,14 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _engine_arguments(command: argparse.ArgumentParser, where: str, measured: str) -> None:
+def _engine_arguments(command: argparse.ArgumentParser, where: str, measured: str,
+                      up_to_mib: int) -> None:
     """``--engine`` and ``--local-up-to-mib``, which load and check share."""
-    command.add_argument("--engine", choices=ENGINE_CHOICES, default="auto",
+    command.add_argument("--engine", choices=ENGINES, default="auto",
                          help=f"{where}, or auto (default): local up to --local-up-to-mib "
                          f"{measured}")
-    command.add_argument("--local-up-to-mib", type=int, default=256, metavar="MIB",
-                         help="auto's limit (default 256, as config/pipeline.yaml)")
+    command.add_argument("--local-up-to-mib", type=int, default=up_to_mib, metavar="MIB",
+                         help=f"auto's limit (default {up_to_mib}, as config/pipeline.yaml)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

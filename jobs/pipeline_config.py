@@ -14,7 +14,7 @@ time_travel_days: 7              # maintenance VACUUM keeps every table version 
 check_engine: auto               # auto: local (DuckDB, no JVM) up to local_checks_up_to_mib
 local_checks_up_to_mib: 256      # ... of commitlog in the store, else spark
 load_engine: auto                # auto: decode in the task's process up to local_load_up_to_mib
-local_load_up_to_mib: 256        # ... of bytes past the high-water marks, else on Spark
+local_load_up_to_mib: 1024       # ... of bytes past the high-water marks, else on Spark
 deliver_alerts: true             # false: alerts are recorded and logged, not sent
 alerts_config: config/alerts.yaml  # thresholds, consumer-status window, reminders, channels
 brokers:
@@ -49,7 +49,7 @@ from typing import Any
 
 import yaml
 
-from jobs.lakehouse.engine_choice import ENGINES
+from jobs.lakehouse.engine_choice import ENGINES, LOCAL_CHECKS_UP_TO_MIB, LOCAL_LOAD_UP_TO_MIB
 from jobs.lakehouse.jars import REPO_ROOT
 from jobs.lakehouse.locations import UnsupportedLocationError, local_directory
 
@@ -107,9 +107,9 @@ class PipelineConfig:
     spark_pool_slots: int = 2
     time_travel_days: float = 7.0
     check_engine: str = "auto"
-    local_checks_up_to_mib: int = 256
+    local_checks_up_to_mib: int = LOCAL_CHECKS_UP_TO_MIB
     load_engine: str = "auto"
-    local_load_up_to_mib: int = 256
+    local_load_up_to_mib: int = LOCAL_LOAD_UP_TO_MIB
     alerts_config: Path = REPO_ROOT / "config" / "alerts.yaml"
 
     @property
@@ -162,9 +162,11 @@ def load_config(path: str | Path | None = None) -> PipelineConfig:
         spark_pool_slots=int(_at_least(path, document, "spark_pool_slots", 2, 1)),
         time_travel_days=_at_least(path, document, "time_travel_days", 7, 1),
         check_engine=_choice(path, document, "check_engine", "auto", ENGINES),
-        local_checks_up_to_mib=int(_at_least(path, document, "local_checks_up_to_mib", 256, 0)),
+        local_checks_up_to_mib=int(_at_least(path, document, "local_checks_up_to_mib",
+                                                 LOCAL_CHECKS_UP_TO_MIB, 0)),
         load_engine=_choice(path, document, "load_engine", "auto", ENGINES),
-        local_load_up_to_mib=int(_at_least(path, document, "local_load_up_to_mib", 256, 0)),
+        local_load_up_to_mib=int(_at_least(path, document, "local_load_up_to_mib",
+                                               LOCAL_LOAD_UP_TO_MIB, 0)),
     )
 
 

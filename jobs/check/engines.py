@@ -29,7 +29,14 @@ import numpy as np
 import pyarrow as pa
 
 from jobs.lakehouse.driver_rows import arrow_dataset, exists
-from jobs.lakehouse.engine_choice import AUTO, ENGINES, LOCAL, SPARK, runs_in_process
+from jobs.lakehouse.engine_choice import (
+    AUTO,
+    ENGINES,
+    LOCAL,
+    LOCAL_CHECKS_UP_TO_MIB,
+    SPARK,
+    runs_in_process,
+)
 from jobs.lakehouse.tables import table_location
 from rmqlib.common.javahash import java_string_hashes
 
@@ -39,7 +46,7 @@ if TYPE_CHECKING:
 
     from jobs.lakehouse.tables import Registry
 
-DEFAULT_LOCAL_MIB = 256  # config/pipeline.yaml's local_checks_up_to_mib
+DEFAULT_LOCAL_MIB = LOCAL_CHECKS_UP_TO_MIB  # config/pipeline.yaml's local_checks_up_to_mib
 __all__ = ["AUTO", "ENGINES", "LOCAL", "SPARK", "CheckEngine", "DuckDbEngine", "SparkEngine",
            "engine_for"]
 

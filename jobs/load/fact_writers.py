@@ -25,7 +25,7 @@ import pyarrow as pa
 from deltalake.writer import WriterProperties
 
 from jobs.lakehouse.driver_rows import append_rows_once, committed
-from jobs.lakehouse.engine_choice import LOCAL, SPARK, runs_in_process
+from jobs.lakehouse.engine_choice import LOCAL, LOCAL_LOAD_UP_TO_MIB, SPARK, runs_in_process
 from jobs.lakehouse.staged_append import (
     StagedLayout,
     clear_staging,
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
     from jobs.lakehouse.contracts import Contract
 
-DEFAULT_LOCAL_LOAD_MIB = 256  # config/pipeline.yaml's local_load_up_to_mib
+DEFAULT_LOCAL_LOAD_MIB = LOCAL_LOAD_UP_TO_MIB  # config/pipeline.yaml's local_load_up_to_mib
 
 
 class FactWriter(Protocol):
