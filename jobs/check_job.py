@@ -36,11 +36,12 @@ from jobs.alerts.evaluation import (
     record_alert,
 )
 from jobs.check.consumer_status import judge_snapshot
-from jobs.check.engines import AUTO, DEFAULT_LOCAL_MIB, CheckEngine, engine_for
+from jobs.check.engines import AUTO, CheckEngine, engine_for
 from jobs.check.expectations import ExpectationsSummary, run_expectations
 from jobs.check.reconcile import ReconcileSummary, reconcile_snapshot
 from jobs.check.views import snapshot_scope
 from jobs.lakehouse import tables as T
+from jobs.lakehouse.engine_choice import LOCAL_CHECKS_UP_TO_MIB
 from jobs.lakehouse.tables import Registry
 from jobs.report.pages import write_report
 
@@ -59,7 +60,7 @@ class CheckOutcome:
 def check_snapshot(spark_registry: Callable[[], Registry], warehouse: Path, broker: str,
                    snapshot_id: str, *, rules_path: Path = DEFAULT_CONFIG,
                    output: Path | None = None, engine: str = AUTO,
-                   local_up_to_mib: int = DEFAULT_LOCAL_MIB) -> CheckOutcome:
+                   local_up_to_mib: int = LOCAL_CHECKS_UP_TO_MIB) -> CheckOutcome:
     """Run the five steps for ``snapshot_id`` of ``broker``; idempotent per snapshot.
 
     ``spark_registry`` gives the warehouse's Spark registry, called only if the check ``engine``

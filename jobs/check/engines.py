@@ -33,7 +33,6 @@ from jobs.lakehouse.engine_choice import (
     AUTO,
     ENGINES,
     LOCAL,
-    LOCAL_CHECKS_UP_TO_MIB,
     SPARK,
     runs_in_process,
 )
@@ -46,7 +45,6 @@ if TYPE_CHECKING:
 
     from jobs.lakehouse.tables import Registry
 
-DEFAULT_LOCAL_MIB = LOCAL_CHECKS_UP_TO_MIB  # config/pipeline.yaml's local_checks_up_to_mib
 __all__ = ["AUTO", "ENGINES", "LOCAL", "SPARK", "CheckEngine", "DuckDbEngine", "SparkEngine",
            "engine_for"]
 

@@ -25,7 +25,7 @@ import pyarrow as pa
 from deltalake.writer import WriterProperties
 
 from jobs.lakehouse.driver_rows import append_rows_once, committed
-from jobs.lakehouse.engine_choice import LOCAL, LOCAL_LOAD_UP_TO_MIB, SPARK, runs_in_process
+from jobs.lakehouse.engine_choice import LOCAL, SPARK, runs_in_process
 from jobs.lakehouse.staged_append import (
     StagedLayout,
     clear_staging,
@@ -41,9 +41,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from jobs.lakehouse.contracts import Contract
-
-DEFAULT_LOCAL_LOAD_MIB = LOCAL_LOAD_UP_TO_MIB  # config/pipeline.yaml's local_load_up_to_mib
-
 
 class FactWriter(Protocol):
     """Decode tasks into a fact table, once per (app_id, version)."""
@@ -185,5 +182,5 @@ def _reports_only(context: DecodeContext) -> Callable[[list[Task]], None]:
     return run
 
 
-__all__ = ["DEFAULT_LOCAL_LOAD_MIB", "FactWriter", "InProcessFacts", "SparkFacts",
+__all__ = ["FactWriter", "InProcessFacts", "SparkFacts",
            "fact_writer", "pack_tasks"]

@@ -48,7 +48,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from jobs.lakehouse import tables as T
-from jobs.lakehouse.engine_choice import AUTO, ENGINES
+from jobs.lakehouse.engine_choice import AUTO, ENGINES, LOCAL_LOAD_UP_TO_MIB
 from jobs.lakehouse.spark_session import SparkOnDemand
 from jobs.lakehouse.tables import Registry
 from jobs.load import rewrites, state_rows
@@ -66,7 +66,7 @@ from jobs.load.decode_tasks import (
     Task,
     read_report,
 )
-from jobs.load.fact_writers import DEFAULT_LOCAL_LOAD_MIB, FactWriter, fact_writer
+from jobs.load.fact_writers import FactWriter, fact_writer
 from jobs.load.lookup_rows import write_lookup_rows
 from jobs.load.plan import (
     DEFAULT_QUEUE_SPLIT_BYTES,
@@ -101,7 +101,7 @@ class LoadOptions:
     # Where the facts are decoded: auto (in this process up to local_up_to_mib of plan,
     # else Spark), local or spark (jobs.load.fact_writers).
     engine: str = AUTO
-    local_up_to_mib: int = DEFAULT_LOCAL_LOAD_MIB
+    local_up_to_mib: int = LOCAL_LOAD_UP_TO_MIB
     # A slave's store (config/pipeline.yaml role: slave): its records are its master's
     # records, loaded from the master; only its state and commitlog bounds are loaded.
     replica: bool = False

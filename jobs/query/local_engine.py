@@ -33,8 +33,7 @@ from jobs.lakehouse.history import (
 from jobs.lakehouse.tables import table_location
 from jobs.query.engine import Column, SqlError
 from jobs.query.lookup import saved_statement
-from jobs.query.narrowing import narrow
-from jobs.query.saved import bind_as_literals, saved_query
+from jobs.query.saved import bind_as_literals
 
 #: A Parquet scan of EXPLAIN ANALYZE: the table of its first file and the files it opened.
 _SCAN = re.compile(rf"DataSourceExec: file_groups=\{{.*?/{T.DATABASE}\.db/(?P<table>\w+)/"
@@ -116,8 +115,7 @@ class LocalEngine:
         def query(sql: str, params: dict[str, str] | None = None) -> pa.Table:
             return context.execute(bind_as_literals(sql, params or {}))
 
-        sql, checked = saved_statement(query, self.warehouse, name, params)
-        narrow(query, saved_query(name).sql, checked, context.restrict)
+        sql, checked = saved_statement(query, self.warehouse, name, params, context.restrict)
         return bind_as_literals(sql, checked)
 
     def close(self) -> None:

@@ -23,12 +23,10 @@ way, a warehouse loaded before this table existed) are kept by their
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-
-import pyarrow as pa
 
 from jobs.lakehouse import tables as T
 from jobs.lakehouse.driver_rows import exists
@@ -41,7 +39,7 @@ from jobs.lakehouse.message_lookup import (
     position_value,
 )
 from jobs.lakehouse.tables import table_location
-from jobs.query.narrowing import PLAIN, pairs_condition
+from jobs.query.narrowing import PLAIN, Query, Restrict, narrow, pairs_condition
 from jobs.query.saved import QueryError, saved_query
 from rmqlib.commitlog.msgid import decode_offset_msg_id
 from rmqlib.errors import CorruptDataError
@@ -50,8 +48,6 @@ from rmqlib.errors import CorruptDataError
 LOOKUP_LINE = re.compile(r"^--\s*lookup:\s*(\w+)((?:\s+:\w+)+)\s*$", re.MULTILINE)
 #: Beyond this many pointers (a key every order shares) files are pruned by date only.
 MAX_POINTERS = 1000
-
-Query = Callable[[str, dict[str, str]], pa.Table]
 
 
 @dataclass(frozen=True)
@@ -87,11 +83,16 @@ def lookup_of(sql: str) -> Lookup | None:
 
 
 def saved_statement(query: Query, warehouse: Path, name: str,
-                    params: dict[str, str] | None) -> tuple[str, dict[str, str]]:
+                    params: dict[str, str] | None,
+                    restrict: Restrict | None = None) -> tuple[str, dict[str, str]]:
     """Saved query ``name``'s SQL and checked parameters, narrowed to the files its
-    lookup points at when it has one (:func:`narrowed`)."""
+    lookup points at when it has one (:func:`narrowed`). With ``restrict`` (an engine that
+    can read a table through a view), its ``-- narrow:`` lines are listed too
+    (jobs.query.narrowing); the SQL text stays as it is for them."""
     saved = saved_query(name)
     checked = saved.checked(params or {}, warehouse)
+    if restrict is not None:
+        narrow(query, saved.sql, checked, restrict)
     lookup = lookup_of(saved.sql)
     if lookup is None:
         return saved.sql, checked

@@ -57,8 +57,10 @@ def narrow(query: Query, sql: str, params: dict[str, str], restrict: Restrict) -
     """For each ``-- narrow:`` line of ``sql``: list its CTE through ``query``, and have
     the engine read the table only at the listed rows (``restrict(table, condition)``).
     Stops, leaving the rest unnarrowed, at a value that cannot be inlined safely."""
-    for table, cte in narrowings_of(sql):
-        condition = listed_condition(query(cte_listing(sql, cte), params))
+    narrowing = narrowings_of(sql)
+    ctes = common_table_expressions(sql) if narrowing else {}
+    for table, cte in narrowing:
+        condition = listed_condition(query(_listing(ctes, cte), params))
         if condition is None:
             return
         restrict(table, condition)
@@ -66,7 +68,11 @@ def narrow(query: Query, sql: str, params: dict[str, str], restrict: Restrict) -
 
 def cte_listing(sql: str, name: str) -> str:
     """``WITH <the CTEs name reads> SELECT DISTINCT * FROM name``, from ``sql``'s text."""
-    ctes = common_table_expressions(sql)
+    return _listing(common_table_expressions(sql), name)
+
+
+def _listing(ctes: dict[str, str], name: str) -> str:
+    """:func:`cte_listing` of the CTEs already found."""
     if name not in ctes:
         raise QueryError(f"the narrowing's source {name!r} is not a CTE of the query")
     needed: list[str] = []
