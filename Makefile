@@ -21,7 +21,7 @@ RUN_DATE    ?= $(shell date -u +%F)
 SHELL       := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: setup run test lint lock jars stores default-store clean check-tools browser sshd fuzz sql-server beeline
+.PHONY: setup run test lint lock jars stores default-store clean check-tools browser sshd s3 fuzz sql-server beeline
 
 ## setup: virtualenv with the locked Python stack + Delta jars from Maven Central
 setup: $(INSTALLED) jars
@@ -120,10 +120,23 @@ sshd:
 			{ apt-get update -qq && apt-get install -y -qq openssh-server; }; \
 		else echo "error: $(SSHD) missing: apt-get install openssh-server (as root)"; exit 1; fi; }
 
+## s3: the S3-compatible server of the tests and of `make run-s3` (tests/s3_server.py):
+## versitygw (Apache-2.0, POSIX backend), built from the Go module proxy (~1.5 min once).
+VERSITYGW_VERSION := v1.8.0
+VERSITYGW   := .cache/bin/versitygw-$(VERSITYGW_VERSION)
+s3: $(VERSITYGW)
+$(VERSITYGW):
+	@command -v go >/dev/null || { echo "error: go (1.26+) not found"; exit 1; }
+	mkdir -p .cache/bin/go-$(VERSITYGW_VERSION)
+	GOBIN=$(CURDIR)/.cache/bin/go-$(VERSITYGW_VERSION) GOFLAGS=-mod=mod \
+		go install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
+	mv .cache/bin/go-$(VERSITYGW_VERSION)/versitygw $@
+	rmdir .cache/bin/go-$(VERSITYGW_VERSION)
+
 ## test: set up, then run the whole test suite (two pytest processes at once, see
 ## tests/lanes.sh); with PYTEST_ARGS, one pytest run with those arguments instead
 # pytest exits 5 when it collects no tests; that alone must not fail CI.
-test: setup browser sshd stores
+test: setup browser sshd s3 stores
 ifeq ($(strip $(PYTEST_ARGS)),)
 	bash tests/lanes.sh $(PY)
 else

@@ -1,0 +1,133 @@
+"""A real S3-compatible server on 127.0.0.1 for the tests, the benches and ``make run-s3``.
+
+versitygw (Apache-2.0; ``make s3`` builds the pinned release from the Go module proxy)
+serves a directory as object storage with its POSIX backend: every top-level directory
+of the root is a bucket, every object a file below it. It honours the conditional writes
+the lakehouse's commits and leases rely on (``If-None-Match: *`` and ``If-Match``;
+tests/test_s3_server.py races them). The server is a process of its own on a free port:
+:meth:`S3Server.stop` and :meth:`S3Server.start` take it away and bring it back on the
+same port and data, as an outage does.
+
+Clients reach it the way the ecosystem does: the standard ``AWS_*`` environment variables
+(:meth:`S3Server.environment`), read by delta-rs, pyarrow and obstore alike.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from endpoints import free_port
+
+REPO = Path(__file__).resolve().parent.parent
+VERSITYGW_VERSION = "v1.8.0"  # = VERSITYGW_VERSION in the Makefile
+VERSITYGW = REPO / ".cache" / "bin" / f"versitygw-{VERSITYGW_VERSION}"
+REGION = "us-east-1"
+
+
+@dataclass
+class S3Server:
+    """One versitygw process serving ``root``; buckets are ``root``'s directories."""
+
+    root: Path
+    port: int
+    access_key: str = field(default_factory=lambda: "rmq" + secrets.token_hex(6))
+    secret_key: str = field(default_factory=lambda: secrets.token_hex(20))
+    process: subprocess.Popen | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def environment(self) -> dict[str, str]:
+        """The ``AWS_*`` variables that point a client at this server."""
+        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": self.access_key,
+                "AWS_SECRET_ACCESS_KEY": self.secret_key, "AWS_REGION": REGION,
+                "AWS_ALLOW_HTTP": "true"}
+
+    def bucket(self, name: str) -> str:
+        """Create bucket ``name`` (a directory of the root) and return ``s3://name``."""
+        (self.root / name).mkdir(parents=True, exist_ok=True)
+        return f"s3://{name}"
+
+    def start(self) -> None:
+        if not VERSITYGW.is_file():
+            raise RuntimeError(f"{VERSITYGW} missing: run `make s3`")
+        self.root.mkdir(parents=True, exist_ok=True)
+        log = open(self.root.parent / f"versitygw-{self.port}.log", "ab")  # noqa: SIM115
+        self.process = subprocess.Popen(
+            [str(VERSITYGW), "--access", self.access_key, "--secret", self.secret_key,
+             "--region", REGION, "--port", f"127.0.0.1:{self.port}", "--quiet",
+             "posix", str(self.root)], stdout=log, stderr=log)
+        _wait_for(self.port, self.process)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+        self.process = None
+
+
+@contextmanager
+def running_s3(root: Path, port: int | None = None) -> Iterator[S3Server]:
+    """Start versitygw over ``root`` (made if missing) on a free loopback port."""
+    server = S3Server(root, port or free_port())
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@contextmanager
+def s3_environment(server: S3Server) -> Iterator[None]:
+    """This process's ``AWS_*`` variables pointed at ``server`` for the block."""
+    saved = {k: os.environ.get(k) for k in server.environment()}
+    os.environ.update(server.environment())
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _wait_for(port: int, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"versitygw exited with {process.returncode} (see its log)")
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    process.kill()
+    raise RuntimeError(f"versitygw did not listen on 127.0.0.1:{port} within 15 s")
+
+
+def main() -> None:
+    """``python tests/s3_server.py ROOT [PORT] [BUCKET]``: serve in the foreground and print
+    the environment a shell needs (``make run-s3``)."""
+    root = Path(sys.argv[1]).resolve()
+    port = int(sys.argv[2]) if len(sys.argv) > 2 else 7070
+    with running_s3(root, port) as server:
+        for bucket in sys.argv[3:]:
+            server.bucket(bucket)
+        for key, value in server.environment().items():
+            print(f"export {key}={value}", flush=True)
+        with suppress(KeyboardInterrupt):
+            server.process.wait()
+
+
+if __name__ == "__main__":
+    main()
