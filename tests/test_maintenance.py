@@ -73,7 +73,7 @@ def test_a_table_held_by_another_maintenance_is_skipped(spark, broker_stores,  #
     load(spark, warehouse, NAME, "m1", broker_stores["v5-clean"] / "store")
     with try_lock(warehouse, f"maintain-{T.MESSAGES}") as held, \
             try_lock(warehouse, f"vacuum-{T.MESSAGES}") as held_too:
-        assert held is not None and held_too is not None
+        assert held and held_too
         recorded = {r["table_name"]: r for r in maintain_tables(warehouse, NAME)}
     assert recorded[T.MESSAGES]["outcome"] == SKIPPED
     assert recorded[T.TOPICS]["outcome"] == "done"

@@ -1,22 +1,44 @@
-"""Where the warehouse and the snapshots may live: local directories, or a shared
-filesystem mounted at the same path on every host (docs/spark-cluster.md).
+"""Where the warehouse and the snapshots live: local directories or an S3 bucket.
 
-Object storage (``s3://``, ``gs://``, ``abfss://``, ...) is not supported yet. A URI must
-never be taken for a path: ``Path("s3://rmq/wh")`` is the relative directory
+A :class:`Location` is a directory or file of the warehouse, either a local path (or a
+shared filesystem mounted at the same path on every host, docs/spark-cluster.md) or a key
+prefix in an S3-compatible bucket (``s3://bucket/prefix``). Delta tables are read and
+written there by delta-rs, which takes the location's URI as it is; the few other files
+the product keeps beside its tables (task reports, leases, scratch files of a merge) go
+through the small API here, so every caller works on both.
+
+Object stores are reached the way the ecosystem passes them: the standard ``AWS_*``
+environment variables (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``, ``AWS_ALLOW_HTTP``), which delta-rs, pyarrow
+and obstore read alike. Nothing here writes a credential anywhere.
+
+A URI must never be taken for a path: ``Path("s3://rmq/wh")`` is the relative directory
 ``s3:/rmq/wh``, so a load told to write to a bucket would exit 0 with every table on the
-local disk. Every place a location enters (``--warehouse``, ``RMQ_WAREHOUSE``,
-``warehouse`` and ``snapshot_root`` in config/pipeline.yaml) goes through
-:func:`local_directory`, which refuses a URI in one line; a ``file://`` URI is its path.
+local disk. Every place a location enters goes through :func:`warehouse_location` or
+:func:`local_directory`, which refuse what they cannot write in one line.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import lru_cache
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 #: A URI's scheme, also as ``Path`` leaves it (``s3:/bucket``: one slash).
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):/")
+#: Object stores the warehouse may live in.
+OBJECT_SCHEMES = ("s3",)
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+#: The environment variables an S3 client is configured by (the store cache's key).
+AWS_VARIABLES = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                 "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ALLOW_HTTP")
 
 
 class UnsupportedLocationError(ValueError):
@@ -33,5 +55,230 @@ def local_directory(location: str | Path, what: str) -> Path:
     if scheme.group(1).lower() == "file" and parsed.netloc in ("", "localhost"):
         return Path(unquote(parsed.path))
     raise UnsupportedLocationError(
-        f"{what} {text!r}: {scheme.group(1)}:// locations are not supported yet; give a "
+        f"{what} {text!r}: {scheme.group(1)}:// locations are not supported here; give a "
         "local directory (or a shared filesystem mounted at the same path on every host)")
+
+
+def warehouse_location(location: str | Path | Location, what: str) -> Location:
+    """The warehouse given as ``location``: an ``s3://bucket[/prefix]`` URI or a local
+    directory (made absolute); any other URI is refused in one line naming ``what``."""
+    if isinstance(location, Location):
+        return location
+    text = str(location)
+    scheme = _SCHEME.match(text)
+    if scheme is not None and scheme.group(1).lower() in OBJECT_SCHEMES:
+        parsed = urlparse(text)
+        if not text.lower().startswith(f"{scheme.group(1).lower()}://") \
+                or not _BUCKET.match(parsed.netloc):
+            raise UnsupportedLocationError(
+                f"{what} {text!r}: not an object store URI; give s3://bucket/prefix")
+        return Location(f"s3://{parsed.netloc}/{parsed.path.strip('/')}".rstrip("/"))
+    try:
+        return Location(str(local_directory(text, what).resolve()))
+    except UnsupportedLocationError:
+        raise UnsupportedLocationError(
+            f"{what} {text!r}: {scheme.group(1) if scheme else ''}:// locations are not "
+            f"supported; give a local directory or {' or '.join(OBJECT_SCHEMES)}://bucket/"
+            "prefix") from None
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    """One file found under a location: its path relative to it, size and mtime."""
+
+    relative: str
+    size: int
+    modified: datetime
+
+
+@dataclass(frozen=True)
+class Location:
+    """A directory or file: an absolute local path or ``s3://bucket/key``.
+
+    ``str(location)`` is what delta-rs, pyarrow and DuckDB are given."""
+
+    uri: str
+
+    def __str__(self) -> str:
+        return self.uri
+
+    def __truediv__(self, part: str) -> Location:
+        return Location(f"{self.uri.rstrip('/')}/{str(part).strip('/')}")
+
+    @property
+    def is_local(self) -> bool:
+        return not self.uri.startswith(tuple(f"{s}://" for s in OBJECT_SCHEMES))
+
+    @property
+    def path(self) -> Path:
+        """The local path; an object-store location has none (a bug to ask)."""
+        if not self.is_local:
+            raise TypeError(f"{self.uri} is in an object store, not a local path")
+        return Path(self.uri)
+
+    @property
+    def name(self) -> str:
+        return self.uri.rstrip("/").rsplit("/", 1)[-1]
+
+    @property
+    def parent(self) -> Location:
+        return Location(self.uri.rstrip("/").rsplit("/", 1)[0])
+
+    # -- object-store plumbing ---------------------------------------------------------
+
+    def store_and_key(self) -> tuple[Any, str]:
+        """The obstore client of an object-store location's bucket, and its key (for
+        conditional writes: jobs.lakehouse.leases)."""
+        parsed = urlparse(self.uri)
+        return _bucket_store(parsed.netloc, _aws_settings()), parsed.path.strip("/")
+
+    # -- reading ------------------------------------------------------------------------
+
+    def exists(self) -> bool:
+        """A file here, or a directory with anything in it."""
+        if self.is_local:
+            return self.path.exists()
+        return self.is_file() or bool(self._list(limit_one=True))
+
+    def is_file(self) -> bool:
+        if self.is_local:
+            return self.path.is_file()
+        import obstore
+
+        store, key = self.store_and_key()
+        try:
+            obstore.head(store, key)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def read_bytes(self) -> bytes:
+        """The file's bytes; FileNotFoundError when there is none."""
+        if self.is_local:
+            return self.path.read_bytes()
+        import obstore
+
+        store, key = self.store_and_key()
+        return bytes(obstore.get(store, key).bytes())
+
+    def read_text(self) -> str:
+        return self.read_bytes().decode("utf-8")
+
+    def files(self) -> list[StoredFile]:
+        """Every file below this directory (recursively), paths relative to it."""
+        if self.is_local:
+            if not self.path.is_dir():
+                return []
+            found = []
+            for path in self.path.rglob("*"):
+                if path.is_file():
+                    stat = path.stat()
+                    found.append(StoredFile(path.relative_to(self.path).as_posix(), stat.st_size,
+                                            datetime.fromtimestamp(stat.st_mtime, UTC)))
+            return found
+        return self._list()
+
+    def _list(self, limit_one: bool = False) -> list[StoredFile]:
+        import obstore
+
+        store, key = self.store_and_key()
+        prefix = f"{key}/" if key else ""
+        found = []
+        for chunk in obstore.list(store, prefix or None, chunk_size=1 if limit_one else 1000):
+            for meta in chunk:
+                found.append(StoredFile(meta["path"][len(prefix):], meta["size"],
+                                        meta["last_modified"]))
+            if limit_one and found:
+                break
+        return found
+
+    # -- writing ------------------------------------------------------------------------
+
+    def write_bytes(self, data: bytes) -> None:
+        """Replace the file with ``data`` at once: a reader sees the old or the new."""
+        if self.is_local:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+            temporary.write_bytes(data)
+            os.replace(temporary, self.path)
+            return
+        import obstore
+
+        store, key = self.store_and_key()
+        obstore.put(store, key, data)  # one PUT: atomic on every S3 store
+
+    def write_text(self, text: str) -> None:
+        self.write_bytes(text.encode("utf-8"))
+
+    def put_file(self, local: Path) -> None:
+        """Move the local file ``local`` here (a rename on a local disk, an upload to an
+        object store, where the local file is then removed)."""
+        if self.is_local:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(local, self.path)
+            return
+        import obstore
+
+        store, key = self.store_and_key()
+        obstore.put(store, key, local)  # multipart past obstore's chunk size
+        local.unlink()
+
+    def delete(self) -> None:
+        """Remove the file, if it is there."""
+        if self.is_local:
+            self.path.unlink(missing_ok=True)
+            return
+        import obstore
+
+        store, key = self.store_and_key()
+        obstore.delete(store, key)  # S3 deletes are idempotent
+
+    def delete_tree(self) -> None:
+        """Remove this directory and everything below it, if there is anything."""
+        if self.is_local:
+            shutil.rmtree(self.path, ignore_errors=True)
+            return
+        import obstore
+
+        store, key = self.store_and_key()
+        paths = [f"{key}/{f.relative}" for f in self._list()]
+        for start in range(0, len(paths), 1000):
+            obstore.delete(store, paths[start:start + 1000])
+
+    def scratch_directory(self, name: str) -> Path:
+        """A local working directory for files on their way here: beside this location on
+        a local disk (so :meth:`put_file` is a rename), a temporary one otherwise."""
+        if self.is_local:
+            directory = self.path / name
+            directory.mkdir(parents=True)
+            return directory
+        return Path(tempfile.mkdtemp(prefix=f"{name}-"))
+
+
+def _aws_settings() -> tuple[tuple[str, str], ...]:
+    return tuple((k, os.environ[k]) for k in AWS_VARIABLES if k in os.environ)
+
+
+@lru_cache(maxsize=16)
+def _bucket_store(bucket: str, settings: tuple[tuple[str, str], ...]) -> Any:
+    """One obstore client per bucket and configuration, configured from the ``AWS_*``
+    environment (``settings`` is only the cache's key). Throttling and server errors are
+    retried with exponential backoff by the client (obstore's retry configuration)."""
+    from datetime import timedelta
+
+    from obstore.store import S3Store
+
+    return S3Store(bucket, retry_config={"max_retries": 8, "retry_timeout": timedelta(minutes=2),
+                                         "backoff": {"init_backoff": timedelta(milliseconds=100),
+                                                     "max_backoff": timedelta(seconds=10),
+                                                     "base": 2}})
+
+
+__all__ = [
+    "OBJECT_SCHEMES",
+    "Location",
+    "StoredFile",
+    "UnsupportedLocationError",
+    "local_directory",
+    "warehouse_location",
+]

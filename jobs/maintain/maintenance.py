@@ -167,7 +167,7 @@ def _maintain_table(warehouse: str, location: str, name: str, policy: TablePolic
     held_by_others = 0
     scope_lock = f"maintain-{name}" + (f"-{broker}" if policy.scope == BROKER else "")
     with try_lock(warehouse, scope_lock) as held:
-        if held is not None:
+        if held:
             # Plan from the table as it is now that the lock is ours: another maintenance
             # may have compacted it since this handle was opened, and delta-rs commits a
             # compaction planned on that stale version without a conflict (it removes files
@@ -178,7 +178,7 @@ def _maintain_table(warehouse: str, location: str, name: str, policy: TablePolic
             notes.append("compaction: another maintenance holds it")
             held_by_others += 1
     with try_lock(warehouse, f"vacuum-{name}") as held:
-        if held is not None:
+        if held:
             table.update_incremental()
             row["files_vacuumed"] = len(table.vacuum(
                 retention_hours=round(time_travel_days * 24), dry_run=False,
