@@ -43,6 +43,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from jobs import pipeline
 from jobs.lakehouse import tables as T
+from jobs.lakehouse.locations import Location
 from jobs.pipeline_config import BrokerSource, clusters_of, load_config, parse_brokers
 from jobs.snapshot.manifest import snapshot_id_for
 
@@ -55,7 +56,7 @@ LOADED_TABLES = [t for t in T.TABLES if t not in {*CHECKED_TABLES, *CLUSTER_TABL
 
 def table_asset(name: str) -> Asset:
     """A lakehouse table as an Asset: downstream DAGs can run when it changes."""
-    location = T.table_location(CONFIG.warehouse, name)
+    location = Location(T.table_location(CONFIG.warehouse, name))
     return Asset(name=f"rmq.{name}", uri=location.as_uri(), group="rmq-lakehouse")
 
 

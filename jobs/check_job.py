@@ -42,6 +42,7 @@ from jobs.check.reconcile import ReconcileSummary, reconcile_snapshot
 from jobs.check.views import snapshot_scope
 from jobs.lakehouse import tables as T
 from jobs.lakehouse.engine_choice import LOCAL_CHECKS_UP_TO_MIB
+from jobs.lakehouse.locations import Location, checks_directory, warehouse_location
 from jobs.lakehouse.tables import Registry
 from jobs.report.pages import write_report
 
@@ -57,7 +58,7 @@ class CheckOutcome:
     alert: Alert | None
 
 
-def check_snapshot(spark_registry: Callable[[], Registry], warehouse: Path, broker: str,
+def check_snapshot(spark_registry: Callable[[], Registry], warehouse: Path | Location, broker: str,
                    snapshot_id: str, *, rules_path: Path = DEFAULT_CONFIG,
                    output: Path | None = None, engine: str = AUTO,
                    local_up_to_mib: int = LOCAL_CHECKS_UP_TO_MIB) -> CheckOutcome:
@@ -66,10 +67,10 @@ def check_snapshot(spark_registry: Callable[[], Registry], warehouse: Path, brok
     ``spark_registry`` gives the warehouse's Spark registry, called only if the check ``engine``
     (auto, local or spark; see jobs.check.engines.engine_for) is Spark. ``output`` holds the
     Data Docs (``gx/<broker>/``) and the reports (``reports/``); default
-    ``<warehouse>/_checks``.
+    ``<warehouse>/_checks`` (jobs.lakehouse.locations.checks_directory).
     """
     rules = AlertRules.load(rules_path)  # a bad config fails before any Spark job
-    output = output or Path(warehouse) / "_checks"
+    output = output or checks_directory(warehouse_location(warehouse, "warehouse"))
     registry = Registry(None, warehouse)  # driver-side reads and writes (delta-rs)
     scope = snapshot_scope(registry, broker, snapshot_id)
     checks: CheckEngine = engine_for(engine, scope.commitlog_bytes, local_up_to_mib,

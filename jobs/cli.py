@@ -30,6 +30,7 @@ from datetime import datetime
 from pathlib import Path
 
 from jobs.lakehouse.engine_choice import ENGINES, LOCAL_CHECKS_UP_TO_MIB, LOCAL_LOAD_UP_TO_MIB
+from jobs.lakehouse.locations import Location
 
 EXIT_OK, EXIT_ALERT, EXIT_USAGE, EXIT_REFUSED, EXIT_INTERNAL = 0, 1, 2, 3, 4
 
@@ -288,24 +289,33 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _internal_error(error: BaseException) -> int:
-    """The CLI's answer to an unexpected error: one line on stderr, exit 4, no traceback."""
+    """The CLI's answer to an unexpected error: one line on stderr, exit 4, no traceback.
+    A location refused deep in a command (Spark asked for on an object store) is the
+    user's to fix: exit 3, as when it is refused up front."""
+    from jobs.lakehouse.locations import UnsupportedLocationError
+
+    if isinstance(error, UnsupportedLocationError):
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_REFUSED
     print(f"internal error: {type(error).__name__}: {_first_line(error)}", file=sys.stderr)
     return EXIT_INTERNAL
 
 
-def _warehouse(args: argparse.Namespace) -> Path:
-    """``--warehouse``, else ``$RMQ_WAREHOUSE`` or ``.cache/warehouse``, as an absolute path."""
+def _warehouse(args: argparse.Namespace) -> Path | Location:
+    """``--warehouse``, else ``$RMQ_WAREHOUSE`` or ``.cache/warehouse``: an absolute path
+    or an ``s3://`` URI."""
     from jobs.lakehouse.tables import default_warehouse
 
-    return _warehouse_option(args) or default_warehouse().resolve()
+    return _warehouse_option(args) or default_warehouse().native()
 
 
-def _warehouse_option(args: argparse.Namespace) -> Path | None:
-    """``--warehouse`` as an absolute path; None when not given. A URI is refused
+def _warehouse_option(args: argparse.Namespace) -> Path | Location | None:
+    """``--warehouse`` as a location; None when not given. Another URI is refused
     (jobs.lakehouse.locations): never a local directory named ``s3:``."""
-    from jobs.lakehouse.locations import local_directory
+    from jobs.lakehouse.locations import warehouse_location
 
-    return local_directory(args.warehouse, "--warehouse").resolve() if args.warehouse else None
+    return warehouse_location(args.warehouse, "--warehouse").native() if args.warehouse \
+        else None
 
 
 def _first_line(error: BaseException) -> str:

@@ -40,6 +40,7 @@ from jobs.alerts.evaluation import (
 from jobs.check.cluster_lag import judge_cluster
 from jobs.check.replica import ReplicaOutcome, ReplicaPair, check_replica
 from jobs.lakehouse import tables as T
+from jobs.lakehouse.locations import Location, checks_directory, warehouse_location
 from jobs.lakehouse.tables import Registry
 from jobs.pipeline_config import BrokerSource
 from jobs.report.cluster_page import ClusterBroker, write_cluster_report
@@ -60,7 +61,7 @@ class ClusterOutcome:
     alert: Alert | None = None
 
 
-def check_cluster_night(warehouse: Path, cluster: str, brokers: Sequence[BrokerSource],
+def check_cluster_night(warehouse: Path | Location, cluster: str, brokers: Sequence[BrokerSource],
                   snapshot_id: str, snapshot_root: Path, *,
                   rules_path: Path = DEFAULT_CONFIG, output: Path | None = None,
                   now: datetime | None = None) -> ClusterOutcome:
@@ -82,7 +83,7 @@ def check_cluster_night(warehouse: Path, cluster: str, brokers: Sequence[BrokerS
             continue
         pair = replica_pair(snapshot_root, cluster, slave, snapshot_id, loaded)
         outcome.replicas[slave.name] = check_replica(registry, pair, rules.replica, now)
-    out = output or Path(warehouse) / "_checks"
+    out = output or checks_directory(warehouse_location(warehouse, "warehouse"))
     outcome.report = write_cluster_report(
         registry, cluster, [ClusterBroker(b.name, b.role, b.master) for b in brokers],
         snapshot_id, out / "reports")

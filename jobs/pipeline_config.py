@@ -51,7 +51,14 @@ import yaml
 
 from jobs.lakehouse.engine_choice import ENGINES, LOCAL_CHECKS_UP_TO_MIB, LOCAL_LOAD_UP_TO_MIB
 from jobs.lakehouse.jars import REPO_ROOT
-from jobs.lakehouse.locations import UnsupportedLocationError, local_directory
+from jobs.lakehouse.locations import (
+    Location,
+    UnsupportedLocationError,
+    checks_directory,
+    is_uri,
+    local_directory,
+    warehouse_location,
+)
 
 DEFAULT_CONFIG = REPO_ROOT / "config" / "pipeline.yaml"
 BROKER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -95,7 +102,7 @@ class BrokerSource:
 class PipelineConfig:
     schedule: str
     snapshot_root: Path
-    warehouse: Path
+    warehouse: Path | Location  # a local directory, or an object-store location
     retention_days: float
     retries: int
     retry_delay_s: float
@@ -112,10 +119,14 @@ class PipelineConfig:
     local_load_up_to_mib: int = LOCAL_LOAD_UP_TO_MIB
     alerts_config: Path = REPO_ROOT / "config" / "alerts.yaml"
 
+    checks_output_setting: Path | None = None
+
     @property
     def checks_output(self) -> Path:
-        """Data Docs and reports (``jobs.check_job``'s default place)."""
-        return self.warehouse / "_checks"
+        """Data Docs and reports: ``checks_output`` if set, else beside a local warehouse's
+        tables (jobs.lakehouse.locations.checks_directory)."""
+        return self.checks_output_setting or checks_directory(
+            warehouse_location(self.warehouse, "warehouse"))
 
 
 def config_path() -> Path:
@@ -135,7 +146,8 @@ def load_config(path: str | Path | None = None) -> PipelineConfig:
     known = {"schedule", "snapshot_root", "warehouse", "retention_days", "retries",
              "retry_delay_s", "spark_conn_id", "deliver_alerts", "brokers", "alerts_config",
              "spark_pool", "spark_pool_slots", "time_travel_days", "check_engine",
-             "local_checks_up_to_mib", "load_engine", "local_load_up_to_mib"}
+             "local_checks_up_to_mib", "load_engine", "local_load_up_to_mib",
+             "checks_output"}
     unknown = sorted(set(document) - known)
     if unknown:
         raise PipelineConfigError(f"{path}: unknown key(s) {', '.join(unknown)}")
@@ -144,8 +156,10 @@ def load_config(path: str | Path | None = None) -> PipelineConfig:
         value = local(os.path.expanduser(str(document.get(key, default))), f"{path}: {key}")
         return value if value.is_absolute() else REPO_ROOT / value
 
-    warehouse = local(os.environ["RMQ_WAREHOUSE"], "RMQ_WAREHOUSE") \
-        if os.environ.get("RMQ_WAREHOUSE") else where("warehouse", ".cache/warehouse")
+    warehouse = warehouse_at(os.environ["RMQ_WAREHOUSE"], "RMQ_WAREHOUSE", Path.cwd()) \
+        if os.environ.get("RMQ_WAREHOUSE") else warehouse_at(
+            os.path.expanduser(str(document.get("warehouse", ".cache/warehouse"))),
+            f"{path}: warehouse", REPO_ROOT)
     return PipelineConfig(
         schedule=str(document.get("schedule", "0 2 * * *")),
         snapshot_root=where("snapshot_root", ".cache/snapshots"),
@@ -167,7 +181,20 @@ def load_config(path: str | Path | None = None) -> PipelineConfig:
         load_engine=_choice(path, document, "load_engine", "auto", ENGINES),
         local_load_up_to_mib=int(_at_least(path, document, "local_load_up_to_mib",
                                                LOCAL_LOAD_UP_TO_MIB, 0)),
+        checks_output_setting=where("checks_output", "") if document.get("checks_output")
+        else None,
     )
+
+
+def warehouse_at(location: str, what: str, base: Path) -> Path | Location:
+    """The warehouse: an ``s3://`` URI, or a directory (a relative one below ``base``);
+    another URI is refused (jobs.lakehouse.locations)."""
+    try:
+        if not is_uri(location) and not Path(location).is_absolute():
+            location = str(base / location)
+        return warehouse_location(location, what).native()
+    except UnsupportedLocationError as error:
+        raise PipelineConfigError(str(error)) from None
 
 
 def local(location: str, what: str) -> Path:

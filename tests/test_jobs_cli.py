@@ -55,21 +55,20 @@ def test_a_directory_that_is_not_a_store_is_refused_in_one_line(tmp_path: Path) 
 @pytest.mark.parametrize("command", [
     ["load", "--broker", "b", "--snapshot-id", "s1", "/s"], ["sql", "SELECT 1"], ["tables"],
     ["maintain", "--broker", "b"]])
-def test_a_warehouse_on_object_storage_is_refused_not_made_a_local_directory(
+def test_a_warehouse_the_product_cannot_write_is_refused_not_made_a_local_directory(
         tmp_path: Path, command: list[str]) -> None:
-    """``Path("s3://rmq/wh")`` is the relative directory ``s3:/rmq/wh``: the CLI must say no
+    """``Path("gs://rmq/wh")`` is the relative directory ``gs:/rmq/wh``: the CLI must say no
     in one line, before any work, and leave nothing behind, given as an option or in the
-    environment."""
-    for option, env in ((["--warehouse", "s3://rmq/wh"], {}),
-                        ([], {"RMQ_WAREHOUSE": "s3://rmq/wh"})):
+    environment (s3:// is written: tests/test_s3_warehouse.py)."""
+    for option, env in ((["--warehouse", "gs://rmq/wh"], {}),
+                        ([], {"RMQ_WAREHOUSE": "gs://rmq/wh"})):
         result = subprocess.run([sys.executable, "-m", "jobs", *option, *command],
                                 cwd=tmp_path, text=True, capture_output=True, timeout=120,
                                 env={**os.environ, "PYTHONPATH": str(REPO), **env})
         assert result.returncode == 3, (command, result.stderr)
         assert result.stderr.splitlines() == [
-            f"error: {'--warehouse' if option else 'RMQ_WAREHOUSE'} 's3://rmq/wh': s3:// "
-            "locations are not supported yet; give a local directory (or a shared "
-            "filesystem mounted at the same path on every host)"]
+            f"error: {'--warehouse' if option else 'RMQ_WAREHOUSE'} 'gs://rmq/wh': gs:// "
+            "locations are not supported; give a local directory or s3://bucket/prefix"]
         assert list(tmp_path.iterdir()) == []
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from jobs import pipeline
+from jobs.lakehouse.locations import Location
 from jobs.pipeline_config import (
     BrokerSource,
     PipelineConfigError,
@@ -69,8 +70,10 @@ def test_defaults_and_relative_paths(tmp_path, monkeypatch) -> None:  # type: ig
      "a is a slave of 'b', which is not a listed master of cluster 'C'"),
     ({"brokers": [{"name": "a", "store": "/s", "cluster": "has space"}]},
      "not a usable cluster name"),
-    ({"warehouse": "s3://rmq/wh"}, "warehouse 's3://rmq/wh': s3:// locations are not supported"),
+    ({"warehouse": "gs://rmq/wh"}, "warehouse 'gs://rmq/wh': gs:// locations are not supported"),
+    ({"warehouse": "s3://rq/wh"}, "'rq' is not a bucket name"),
     ({"snapshot_root": "gs://b/snaps"}, "snapshot_root 'gs://b/snaps': gs:// locations"),
+    ({"snapshot_root": "s3://rmq/snaps"}, "snapshot_root 's3://rmq/snaps': s3:// locations"),
 ])
 def test_a_wrong_config_names_the_file_and_the_key(tmp_path, document, message) -> None:  # type: ignore[no-untyped-def]
     path = write(tmp_path, document)
@@ -85,6 +88,19 @@ def test_a_warehouse_uri_in_the_environment_is_refused(tmp_path, monkeypatch) ->
         load_config(write(tmp_path, {}))
     monkeypatch.setenv("RMQ_WAREHOUSE", f"file://{tmp_path}/wh")
     assert load_config(write(tmp_path, {})).warehouse == tmp_path / "wh"
+
+
+def test_a_warehouse_in_an_object_store(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """An s3:// warehouse is a Location (never a Path); the checks' reports then go to a
+    local directory of its own, unless checks_output says where."""
+    monkeypatch.delenv("RMQ_WAREHOUSE", raising=False)
+    config = load_config(write(tmp_path, {"warehouse": "s3://rmq-lake/nightly/"}))
+    assert config.warehouse == Location("s3://rmq-lake/nightly")
+    assert config.checks_output == REPO / ".cache" / "checks" / "rmq-lake" / "nightly"
+    told = load_config(write(tmp_path, {"warehouse": "s3://rmq-lake/n", "checks_output": "out"}))
+    assert told.checks_output == REPO / "out"
+    monkeypatch.setenv("RMQ_WAREHOUSE", "s3://rmq-lake/other")
+    assert load_config(write(tmp_path, {})).warehouse == Location("s3://rmq-lake/other")
 
 
 def test_the_brokers_variable_is_json() -> None:

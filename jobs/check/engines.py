@@ -36,6 +36,7 @@ from jobs.lakehouse.engine_choice import (
     SPARK,
     runs_in_process,
 )
+from jobs.lakehouse.locations import Location, warehouse_location
 from jobs.lakehouse.tables import table_location
 from rmqlib.common.javahash import java_string_hashes
 
@@ -77,7 +78,7 @@ def engine_for(setting: str, commitlog_bytes: int, up_to_mib: int, registry: Reg
     """The engine ``setting`` (auto, local or spark) asks for, for a snapshot whose commitlog
     holds ``commitlog_bytes``; ``spark`` gives the Spark registry (starting the session)
     only when Spark is chosen."""
-    if runs_in_process("check", setting, commitlog_bytes, up_to_mib):
+    if runs_in_process("check", setting, commitlog_bytes, up_to_mib, registry.warehouse):
         return DuckDbEngine(registry.warehouse)
     on_spark = spark()
     return SparkEngine(on_spark.spark, on_spark)
@@ -132,11 +133,11 @@ class DuckDbEngine:
     name = LOCAL
     HASH_FUNCTION = "java_string_hash"
 
-    def __init__(self, warehouse: Path) -> None:
+    def __init__(self, warehouse: str | Path | Location) -> None:
         import duckdb
         from duckdb.sqltypes import INTEGER, VARCHAR
 
-        self.warehouse = Path(warehouse)
+        self.warehouse = warehouse_location(warehouse, "warehouse")
         self.connection: duckdb.DuckDBPyConnection = duckdb.connect()
         # Timestamps print and truncate in UTC, as in the Spark session (spark_session.py).
         self._run("SET TimeZone = 'UTC'")

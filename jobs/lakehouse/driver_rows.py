@@ -23,6 +23,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from jobs.lakehouse.locations import Location
+
 if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.dataset as ds
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
 
 def exists(location: str | Path) -> bool:
     """Whether a Delta log is at ``location`` (a table never created has none)."""
-    return (Path(location) / "_delta_log").is_dir()
+    return (Location(str(location)) / "_delta_log").exists()
 
 
 def read_rows(location: str | Path, **equal: object) -> list[dict[str, object]]:
@@ -93,10 +95,10 @@ def arrow_dataset(location: str | Path, files_where: str | None = None) -> ds.Da
     from deltalake import DeltaTable
     from pyarrow import fs
 
-    root = Path(location).resolve()
-    native = fs.SubTreeFileSystem(str(root), fs.LocalFileSystem())
-    return DeltaTable(str(root)).to_pyarrow_dataset(filesystem=native,
-                                                     file_pruning_predicate=files_where)
+    filesystem, root = Location(str(location)).arrow_filesystem()
+    native = fs.SubTreeFileSystem(root, filesystem)
+    return DeltaTable(str(location)).to_pyarrow_dataset(filesystem=native,
+                                                        file_pruning_predicate=files_where)
 
 
 def arrow_rows(contract: Contract, rows: Rows) -> pa.Table:

@@ -9,6 +9,8 @@ process, ``spark`` always on Spark, ``auto`` in process up to a configured numbe
 
 from __future__ import annotations
 
+from jobs.lakehouse.locations import Location, UnsupportedLocationError
+
 SPARK, LOCAL, AUTO = "spark", "local", "auto"
 ENGINES = (AUTO, LOCAL, SPARK)
 MIB = 1 << 20
@@ -22,9 +24,23 @@ LOCAL_CHECKS_UP_TO_MIB = 256
 LOCAL_LOAD_UP_TO_MIB = 1024
 
 
-def runs_in_process(stage: str, setting: str, size_bytes: int, up_to_mib: int) -> bool:
+def runs_in_process(stage: str, setting: str, size_bytes: int, up_to_mib: int,
+                    warehouse: str = "") -> bool:
     """Whether ``stage`` (named in the error) runs in this process for ``size_bytes`` of
-    input under ``setting`` (auto, local or spark)."""
+    input under ``setting`` (auto, local or spark). A ``warehouse`` in an object store is
+    written in process whatever the size: Spark does not reach one yet."""
     if setting not in ENGINES:
         raise ValueError(f"{stage} engine {setting!r}: expected one of {', '.join(ENGINES)}")
+    if warehouse and not Location(warehouse).is_local:
+        if setting == SPARK:
+            refuse_spark_on(warehouse, f"the {stage} on Spark")
+        return True
     return setting == LOCAL or (setting == AUTO and size_bytes <= up_to_mib * MIB)
+
+
+def refuse_spark_on(warehouse: str, what: str) -> None:
+    """Refuse Spark for a warehouse in an object store, in one line (before any work)."""
+    if not Location(str(warehouse)).is_local:
+        raise UnsupportedLocationError(
+            f"{what}: the warehouse {warehouse} is in an object store, which Spark does not "
+            "reach yet; use the in-process engines (--engine local, or auto)")

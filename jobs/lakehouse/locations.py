@@ -45,6 +45,12 @@ class UnsupportedLocationError(ValueError):
     """A location given as the URI of a store the product cannot write."""
 
 
+def is_uri(text: str) -> bool:
+    """Whether ``text`` names a scheme (``s3://``, ``file:/``, also ``s3:/`` as ``Path``
+    leaves a URI), rather than being a path."""
+    return _SCHEME.match(text) is not None
+
+
 def local_directory(location: str | Path, what: str) -> Path:
     """``location`` as a local path; ``what`` names where it was given, for the error."""
     text = str(location)
@@ -68,10 +74,13 @@ def warehouse_location(location: str | Path | Location, what: str) -> Location:
     scheme = _SCHEME.match(text)
     if scheme is not None and scheme.group(1).lower() in OBJECT_SCHEMES:
         parsed = urlparse(text)
-        if not text.lower().startswith(f"{scheme.group(1).lower()}://") \
-                or not _BUCKET.match(parsed.netloc):
+        if not text.lower().startswith(f"{scheme.group(1).lower()}://"):
             raise UnsupportedLocationError(
                 f"{what} {text!r}: not an object store URI; give s3://bucket/prefix")
+        if not _BUCKET.match(parsed.netloc):
+            raise UnsupportedLocationError(
+                f"{what} {text!r}: {parsed.netloc!r} is not a bucket name (3 to 63 lowercase "
+                "letters, digits, dots and hyphens)")
         return Location(f"s3://{parsed.netloc}/{parsed.path.strip('/')}".rstrip("/"))
     try:
         return Location(str(local_directory(text, what).resolve()))
@@ -80,6 +89,18 @@ def warehouse_location(location: str | Path | Location, what: str) -> Location:
             f"{what} {text!r}: {scheme.group(1) if scheme else ''}:// locations are not "
             f"supported; give a local directory or {' or '.join(OBJECT_SCHEMES)}://bucket/"
             "prefix") from None
+
+
+def checks_directory(warehouse: Location) -> Path:
+    """Where the checks write their Data Docs and HTML reports unless told: beside the
+    tables (``<warehouse>/_checks``) on a local warehouse; for a warehouse in an object
+    store, the local directory ``.cache/checks/<bucket>/<prefix>`` of this checkout."""
+    if warehouse.is_local:
+        return warehouse.path / "_checks"
+    from jobs.lakehouse.jars import REPO_ROOT
+
+    parsed = urlparse(warehouse.uri)
+    return REPO_ROOT / ".cache" / "checks" / parsed.netloc / parsed.path.strip("/")
 
 
 @dataclass(frozen=True)
@@ -116,6 +137,15 @@ class Location:
             raise TypeError(f"{self.uri} is in an object store, not a local path")
         return Path(self.uri)
 
+    def native(self) -> Path | Location:
+        """A local location as its ``Path``, an object-store one as itself: the warehouse as
+        configuration and commands hand it on (both have ``/`` and ``str``)."""
+        return self.path if self.is_local else self
+
+    def as_uri(self) -> str:
+        """``file:///...`` for a local path, the URI itself otherwise."""
+        return self.path.as_uri() if self.is_local else self.uri
+
     @property
     def name(self) -> str:
         return self.uri.rstrip("/").rsplit("/", 1)[-1]
@@ -131,6 +161,16 @@ class Location:
         conditional writes: jobs.lakehouse.leases)."""
         parsed = urlparse(self.uri)
         return _bucket_store(parsed.netloc, _aws_settings()), parsed.path.strip("/")
+
+    def arrow_filesystem(self) -> tuple[Any, str]:
+        """pyarrow's own (C++) filesystem for this location, and the path in it: local, or
+        S3 configured from the ``AWS_*`` environment with the client's standard retries."""
+        from pyarrow import fs
+
+        if self.is_local:
+            return fs.LocalFileSystem(), str(self.path.resolve())
+        parsed = urlparse(self.uri)
+        return _arrow_s3(_aws_settings()), f"{parsed.netloc}/{parsed.path.strip('/')}"
 
     # -- reading ------------------------------------------------------------------------
 
@@ -274,11 +314,27 @@ def _bucket_store(bucket: str, settings: tuple[tuple[str, str], ...]) -> Any:
                                                      "base": 2}})
 
 
+@lru_cache(maxsize=4)
+def _arrow_s3(settings: tuple[tuple[str, str], ...]) -> Any:
+    """pyarrow's S3 filesystem as the ``AWS_*`` environment configures it."""
+    from pyarrow import fs
+
+    variables = dict(settings)
+    endpoint = variables.get("AWS_ENDPOINT_URL")
+    return fs.S3FileSystem(
+        endpoint_override=endpoint, region=variables.get("AWS_REGION") or
+        variables.get("AWS_DEFAULT_REGION"), allow_bucket_creation=False,
+        scheme=urlparse(endpoint).scheme if endpoint else "https",
+        retry_strategy=fs.AwsStandardS3RetryStrategy(max_attempts=8))
+
+
 __all__ = [
     "OBJECT_SCHEMES",
     "Location",
     "StoredFile",
     "UnsupportedLocationError",
+    "checks_directory",
+    "is_uri",
     "local_directory",
     "warehouse_location",
 ]

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from jobs.lakehouse.engine_choice import refuse_spark_on
 from jobs.lakehouse.jars import REPO_ROOT, check_python_agrees, ensure_delta_jars, pom_versions
 from jobs.lakehouse.tables import default_warehouse
 
@@ -66,6 +67,7 @@ def build_spark_session(
     # Keep the driver on loopback instead of the host's first interface address.
     os.environ.setdefault("SPARK_LOCAL_IP", os.environ.get("RMQ_SPARK_DRIVER_BIND", "127.0.0.1"))
     warehouse = warehouse or default_warehouse()
+    refuse_spark_on(str(warehouse), "a Spark session")
     log_file = Path(os.environ.get("RMQ_SPARK_LOG_FILE", DEFAULT_LOG_FILE))
     log_file.parent.mkdir(parents=True, exist_ok=True)
     java_options = (f"-Dderby.system.home={warehouse} -Drmq.log.file={log_file} "

@@ -21,7 +21,7 @@ from jobs.lakehouse import driver_rows
 from jobs.lakehouse.contracts import Contract, load_contracts, schema_drift
 from jobs.lakehouse.history import ALL_ROWS_SUFFIX, OFFSET_COLUMNS, current_rows_sql
 from jobs.lakehouse.jars import REPO_ROOT
-from jobs.lakehouse.locations import local_directory
+from jobs.lakehouse.locations import Location, warehouse_location
 from jobs.lakehouse.table_ddl import create_table, evolve_table
 from jobs.lakehouse.table_versions import (
     MIGRATE_COMMAND,
@@ -96,16 +96,17 @@ RACE_WAIT_S = 60.0
 _REGISTERED: dict[int, dict[str, str]] = {}
 
 
-def default_warehouse() -> Path:
-    """The warehouse when none is given: ``$RMQ_WAREHOUSE``, else ``.cache/warehouse``
-    (a URI is refused: jobs.lakehouse.locations)."""
-    return local_directory(os.environ.get("RMQ_WAREHOUSE") or DEFAULT_WAREHOUSE,
-                           "RMQ_WAREHOUSE")
+def default_warehouse() -> Location:
+    """The warehouse when none is given: ``$RMQ_WAREHOUSE`` (a local directory or an
+    ``s3://`` URI: jobs.lakehouse.locations), else ``.cache/warehouse``."""
+    return warehouse_location(os.environ.get("RMQ_WAREHOUSE") or DEFAULT_WAREHOUSE,
+                              "RMQ_WAREHOUSE")
 
 
-def table_location(warehouse: str | Path, name: str) -> Path:
-    """Where table ``name`` lives in a warehouse (the registry's layout)."""
-    return Path(warehouse) / f"{DATABASE}.db" / name
+def table_location(warehouse: str | Path | Location, name: str) -> str:
+    """Where table ``name`` lives in a warehouse (the registry's layout): a local path or
+    an ``s3://`` URI, as delta-rs takes it."""
+    return str(warehouse_location(warehouse, "warehouse") / f"{DATABASE}.db" / name)
 
 
 def on_disk_schema(location: str) -> StructType:
@@ -147,13 +148,13 @@ class Registry:
         root = warehouse or (spark.conf.get("spark.sql.warehouse.dir") if spark else None)
         if root is None:
             raise ValueError("a registry without Spark needs its warehouse")
-        self.warehouse = str(root).removeprefix("file:")
+        self.warehouse = warehouse_location(str(root).removeprefix("file:"), "warehouse").uri
         contracts = load_contracts()
         missing = sorted(set(TABLES) - set(contracts))
         if missing:
             raise TableDriftError(f"no data contract for table(s): {', '.join(missing)}")
         self.tables = {
-            name: Table(name, contracts[name], str(table_location(self.warehouse, name)))
+            name: Table(name, contracts[name], table_location(self.warehouse, name))
             for name in TABLES
         }
         self._ready = False

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from jobs.lakehouse.locations import Location
 from rmqlib.commitlog.arrow import scan_segment_arrow, unwrap_inner_batches
 from rmqlib.common import races
 from rmqlib.common.accounting import FileAccount
@@ -116,23 +116,19 @@ class DecodeContext:
 # --------------------------------------------------------------------------- reports
 
 
-def report_path(report_dir: str, task_id: str) -> Path:
+def report_path(report_dir: str, task_id: str) -> Location:
     safe = task_id.replace("/", "__").replace("%", "_pct_")
-    return Path(report_dir) / f"{safe}.json"
+    return Location(report_dir) / f"{safe}.json"
 
 
 def write_report(report_dir: str, task_id: str, report: dict[str, object]) -> None:
     """Write a task report atomically (a retried task overwrites the same file)."""
-    target = report_path(report_dir, task_id)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(report, sort_keys=True), encoding="utf-8")
-    os.replace(tmp, target)
+    report_path(report_dir, task_id).write_text(json.dumps(report, sort_keys=True))
 
 
 def read_report(report_dir: str, task_id: str) -> dict[str, object] | None:
     try:
-        return json.loads(report_path(report_dir, task_id).read_text(encoding="utf-8"))
+        return json.loads(report_path(report_dir, task_id).read_text())
     except FileNotFoundError:
         return None
 

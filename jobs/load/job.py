@@ -34,7 +34,6 @@ beyond ``local_up_to_mib``.
 from __future__ import annotations
 
 import functools
-import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -48,7 +47,14 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from jobs.lakehouse import tables as T
-from jobs.lakehouse.engine_choice import AUTO, ENGINES, LOCAL_LOAD_UP_TO_MIB
+from jobs.lakehouse.engine_choice import (
+    AUTO,
+    ENGINES,
+    LOCAL_LOAD_UP_TO_MIB,
+    SPARK,
+    refuse_spark_on,
+)
+from jobs.lakehouse.locations import Location, UnsupportedLocationError
 from jobs.lakehouse.spark_session import SparkOnDemand
 from jobs.lakehouse.tables import Registry
 from jobs.load import rewrites, state_rows
@@ -315,7 +321,7 @@ class SnapshotLoad:
     def choose_fact_writer(self, plan: LoadPlan) -> None:
         self.facts = fact_writer(self.options.engine, plan.planned_bytes(plan.tasks),
                                  self.options.local_up_to_mib, self.options.split_bytes,
-                                 self.spark)
+                                 self.spark, self.registry.warehouse)
 
     def collect_reports(self, tasks: list[Task], context: DecodeContext,
                         result: TableResult) -> list[dict]:
@@ -518,7 +524,7 @@ class SnapshotLoad:
             cl_end = write_offset(self.store)  # the bytes it received
         self.write_snapshot_row(LOADED, plan.commitlog_min_offset, cl_end, errors)
         self.write_load_runs()
-        shutil.rmtree(Path(self.report_dir("x")).parent, ignore_errors=True)
+        Location(self.report_dir("x")).parent.delete_tree()
         return self.finish()
 
     def finish(self) -> LoadSummary:
@@ -552,6 +558,11 @@ def load_snapshot(spark: SparkSession | SparkOnDemand, broker: str, snapshot_id:
     store = Path(store).resolve()
     on_demand = spark if isinstance(spark, SparkOnDemand) else SparkOnDemand(lambda: spark)
     registry = ready_registry(on_demand, registry)
+    if options.engine == SPARK:
+        try:
+            refuse_spark_on(registry.warehouse, "the load on Spark")
+        except UnsupportedLocationError as error:
+            raise LoadRefusedError(str(error)) from None
     try:
         load = SnapshotLoad(on_demand, registry, broker, snapshot_id, store, options,
                             progress or (lambda _message: None))

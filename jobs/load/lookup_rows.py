@@ -14,6 +14,7 @@ nothing twice, and the first load after an upgrade indexes the broker's whole hi
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ import pyarrow as pa
 
 from jobs.lakehouse import tables as T
 from jobs.lakehouse.driver_rows import append_rows_once, arrow_dataset, sql_text
+from jobs.lakehouse.locations import Location
 from jobs.lakehouse.message_lookup import KEY, MSG_ID, POSITION, app_id, writer_properties
 from jobs.lakehouse.tables import Registry
 
@@ -112,5 +114,8 @@ def write_lookup_rows(registry: Registry, broker: str, seq: int) -> LookupWrite:
 
 
 def _spill_dir(registry: Registry) -> Path:
-    """Where DuckDB spills a sort larger than memory (the first load of a long history)."""
-    return Path(registry.warehouse) / "_rmq_spill"
+    """Where DuckDB spills a sort larger than memory (the first load of a long history):
+    beside the tables on a local warehouse, the temporary directory otherwise."""
+    warehouse = Location(registry.warehouse)
+    return warehouse.path / "_rmq_spill" if warehouse.is_local \
+        else Path(tempfile.gettempdir()) / "rmq_spill"

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import shutil
 import time
 import uuid
@@ -44,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jobs.lakehouse.locations import Location
 from jobs.lakehouse.staged_append import logged_adds, statistics_settings
 
 SCRATCH_PREFIX = ".compaction-"
@@ -138,8 +138,10 @@ def partition_string(value: object) -> str | None:
 
 def clear_scratch(location: str | Path, scope: str) -> None:
     """Remove what killed merges of ``scope`` left (call with the scope's lock held)."""
-    for leftover in Path(location).glob(f"{SCRATCH_PREFIX}{scope}-*"):
-        shutil.rmtree(leftover, ignore_errors=True)
+    table = Location(str(location))
+    if table.is_local:  # elsewhere the scratch is a temporary directory of the merge's own
+        for leftover in table.path.glob(f"{SCRATCH_PREFIX}{scope}-*"):
+            shutil.rmtree(leftover, ignore_errors=True)
 
 
 def merge_files(table: Any, location: str | Path, group: Sequence[DataFile], scope: str,
@@ -153,15 +155,16 @@ def merge_files(table: Any, location: str | Path, group: Sequence[DataFile], sco
     import pyarrow.dataset as ds
     from deltalake.transaction import AddAction, RemoveAction
 
-    location = Path(location)
+    location = Location(str(location))
     partition_columns = list(table.metadata().partition_columns)
     schema = pa.schema(table.schema().to_arrow())
     data_schema = pa.schema([f for f in schema if f.name not in partition_columns])
-    rows = ds.dataset([str(location / f.path) for f in group], schema=data_schema,
-                      format="parquet").scanner(use_threads=False).to_reader()
-    scratch = location / f"{SCRATCH_PREFIX}{scope}-{uuid.uuid4().hex}"
+    filesystem, root = location.arrow_filesystem()
+    rows = ds.dataset([f"{root}/{f.path}" for f in group], schema=data_schema,
+                      filesystem=filesystem, format="parquet").scanner(
+                          use_threads=False).to_reader()
+    scratch = location.scratch_directory(f"{SCRATCH_PREFIX}{scope}-{uuid.uuid4().hex}")
     try:
-        scratch.mkdir()
         _write_in_order(rows, scratch, target_file_bytes,
                         {**DEFAULT_PARQUET_OPTIONS, **(parquet_options or {})})
         written = _statistics_of(scratch, _statistics_settings(table))
@@ -171,7 +174,7 @@ def merge_files(table: Any, location: str | Path, group: Sequence[DataFile], sco
         now_ms = int(time.time() * 1000)
         moved = [(directory / add["path"]).as_posix() for add in written]
         for add, path in zip(written, moved, strict=True):
-            os.replace(scratch / add["path"], location / path)
+            (location / path).put_file(scratch / add["path"])
         actions: list[Any] = [
             AddAction(path, add["size"], partition, add["modificationTime"], False, add["stats"])
             for add, path in zip(written, moved, strict=True)]
@@ -183,7 +186,7 @@ def merge_files(table: Any, location: str | Path, group: Sequence[DataFile], sco
             _commit(table, group, actions, partition_columns)
         except Exception:
             for path in moved:  # never committed: not the table's (VACUUM would, later)
-                (location / path).unlink(missing_ok=True)
+                (location / path).delete()
             raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

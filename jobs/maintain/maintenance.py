@@ -37,6 +37,7 @@ from jobs.lakehouse import message_lookup
 from jobs.lakehouse import tables as T
 from jobs.lakehouse.contracts import load_contract
 from jobs.lakehouse.driver_rows import append_rows, exists
+from jobs.lakehouse.locations import Location
 from jobs.lakehouse.locks import try_lock
 from jobs.lakehouse.tables import table_location
 from jobs.maintain.compaction import (
@@ -77,13 +78,13 @@ def table_state(location: str | Path, table: Any = None) -> TableState:
     table = table if table is not None else RustDeltaTable(str(location))
     adds = table.get_add_actions(flatten=True)
     sizes = adds.column("size_bytes").to_pylist() if adds.num_rows else []
-    log_dir = Path(location) / "_delta_log"
-    log_entries = [p for p in log_dir.iterdir() if p.is_file()]
-    checkpoints = [int(p.name.split(".")[0]) for p in log_entries
-                   if ".checkpoint" in p.name and p.name.split(".")[0].isdigit()]
+    log_entries = [f for f in (Location(str(location)) / "_delta_log").files()
+                   if "/" not in f.relative]
+    checkpoints = [int(f.relative.split(".")[0]) for f in log_entries
+                   if ".checkpoint" in f.relative and f.relative.split(".")[0].isdigit()]
     return TableState(len(sizes), sum(sizes), table.version(),
                       max(checkpoints) if checkpoints else None,
-                      len(log_entries), sum(p.stat().st_size for p in log_entries))
+                      len(log_entries), sum(f.size for f in log_entries))
 
 
 def maintain_tables(warehouse: str | Path, broker: str, *,

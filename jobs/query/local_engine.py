@@ -30,6 +30,7 @@ from jobs.lakehouse.history import (
     OFFSET_COLUMNS,
     current_rows_sql,
 )
+from jobs.lakehouse.locations import Location, warehouse_location
 from jobs.lakehouse.tables import table_location
 from jobs.query.engine import Column, SqlError
 from jobs.query.lookup import saved_statement
@@ -48,7 +49,7 @@ class TableFiles:
     rows: int | None  # None when a file has no row count statistic
     files: int
     bytes: int
-    location: Path
+    location: str
 
 
 class LocalEngine:
@@ -56,8 +57,8 @@ class LocalEngine:
 
     name = "local"
 
-    def __init__(self, warehouse: Path) -> None:
-        self.warehouse = Path(warehouse)
+    def __init__(self, warehouse: str | Path | Location) -> None:
+        self.warehouse = warehouse_location(warehouse, "warehouse")
 
     def tables(self) -> list[str]:
         """The lakehouse tables that exist in this warehouse, in the registry's order."""

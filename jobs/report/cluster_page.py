@@ -239,7 +239,7 @@ def broker_href(broker: str, snapshot_id: str) -> str:
 
 def _tables(registry: Registry) -> tuple[DuckDbEngine, set[str]]:
     """The engine with every table of the page that exists registered, and their names."""
-    tables = DuckDbEngine(Path(registry.warehouse))
+    tables = DuckDbEngine(registry.warehouse)
     present = set()
     for name in TABLES:
         if exists(registry[name].location):

@@ -221,7 +221,7 @@ def _write_index(tables: DuckDbEngine, broker: str, out_dir: Path,
 
 
 def _tables(registry: Registry) -> DuckDbEngine:
-    tables = DuckDbEngine(Path(registry.warehouse))
+    tables = DuckDbEngine(registry.warehouse)
     for name in (SNAPSHOTS, CONSUMER_LAG, CONSUMER_STATUS, CHECK_RESULTS, MESSAGES):
         tables.register(name, name)
     return tables

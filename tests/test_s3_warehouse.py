@@ -1,0 +1,157 @@
+"""The warehouse in an object store: the local S3 server (tests/s3_server.py), written by
+the in-process engines (delta-rs commits with conditional puts, leases for the locks).
+
+A fleet's nights on the bucket, four brokers loading, checking and maintaining at once in
+processes of their own, must give the very tables the same nights give on local disk one
+broker after another (read with delta-rs). The CLI must work on the bucket, refuse Spark
+there in one line, and never create a local directory named after the URI.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from lakehouse import delta_rows
+from s3_server import running_s3, s3_environment
+
+from jobs.check_job import check_snapshot
+from jobs.lakehouse import tables as T
+from jobs.lakehouse.spark_session import SparkOnDemand
+from jobs.lakehouse.tables import Registry, table_location
+from jobs.load.job import LoadOptions, load_snapshot
+from jobs.maintain.maintenance import maintain_tables
+
+pytestmark = [pytest.mark.broker]
+
+REPO = Path(__file__).resolve().parent.parent
+FLEET = {"fleet-a": "v5-clean", "fleet-b": "v4-clean", "fleet-c": "v5-killed",
+         "fleet-d": "v4-killed"}
+NIGHTS = ("n1", "n2")
+# Columns that say when (or where) a check ran, not what it found.
+RUN_COLUMNS = frozenset({"checked_at", "raised_at", "report_url"})
+BROKER_NIGHT = """
+import sys
+from pathlib import Path
+from jobs.check_job import check_snapshot
+from jobs.lakehouse.spark_session import SparkOnDemand
+from jobs.lakehouse.tables import Registry
+from jobs.load.job import LoadOptions, load_snapshot
+from jobs.maintain.maintenance import maintain_tables
+
+def no_spark():
+    raise AssertionError("a warehouse on S3 is written without Spark")
+
+warehouse, broker, snapshot_id, store, checks = sys.argv[1:]
+load_snapshot(SparkOnDemand(no_spark), broker, snapshot_id, store, LoadOptions(),
+              registry=Registry(None, warehouse))
+check_snapshot(no_spark, warehouse, broker, snapshot_id, output=Path(checks))
+maintain_tables(warehouse, broker)
+print("done", broker, snapshot_id)
+"""
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    with running_s3(tmp_path_factory.mktemp("s3") / "root") as server:
+        server.bucket("lake")
+        with s3_environment(server):
+            yield server
+
+
+def _no_spark() -> object:
+    raise AssertionError("a warehouse on S3 is written without Spark")
+
+
+def content(warehouse: str | Path) -> dict[str, list[str]]:
+    """Every table's rows (run columns left out), by delta-rs."""
+    return {name: delta_rows(table_location(warehouse, name), leave_out=RUN_COLUMNS)
+            for name in T.TABLES if name not in T.AUDIT_LOGS}
+
+
+def test_four_brokers_at_once_on_s3_equal_one_after_another_on_local_disk(
+        s3, broker_stores, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.chdir(tmp_path)  # nothing may appear here (a directory named "s3:")
+    bucket, local = "s3://lake/fleet", tmp_path / "serial"
+    script = tmp_path / "broker_night.py"
+    script.write_text(BROKER_NIGHT)
+    for night in NIGHTS:  # n1 creates the tables in a race, n2 appends to them
+        running = {broker: subprocess.Popen(
+            [sys.executable, str(script), bucket, broker, night,
+             str(broker_stores[variant] / "store"), str(tmp_path / "checks")],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, "PYTHONPATH": str(REPO)}) for broker, variant in FLEET.items()}
+        failed = []
+        for broker, process in running.items():
+            output, _ = process.communicate(timeout=1200)
+            if process.returncode != 0:
+                failed.append(f"{broker} exit {process.returncode}:\n{output[-3000:]}")
+        assert not failed, "\n".join(failed)
+        for broker, variant in FLEET.items():  # the oracle: one after another, local disk
+            registry = Registry(None, local)
+            load_snapshot(SparkOnDemand(_no_spark), broker, night,  # type: ignore[arg-type]
+                          broker_stores[variant] / "store", LoadOptions(), registry=registry)
+            check_snapshot(_no_spark, local, broker, night)  # type: ignore[arg-type]
+            maintain_tables(local, broker)
+    on_s3, on_disk = content(bucket), content(local)
+    assert on_s3[T.MESSAGES] and on_s3[T.CONSUMER_LAG]  # not two empty warehouses
+    for name, rows in on_disk.items():
+        only = sorted(set(rows) ^ set(on_s3[name]))
+        assert on_s3[name] == rows, f"{name}: " + "\n".join(
+            ("s3 " if row in on_s3[name] else "disk ") + row for row in only[:10])
+    assert sorted(tmp_path.iterdir()) == sorted([script, local, tmp_path / "checks"])
+    # Nothing of the loads is left in the bucket but the tables: no lease, no task report.
+    left = {f.relative.split("/")[0] for f in s3_files(s3, "lake/fleet")}
+    assert left == {"rmq.db"}
+
+
+def s3_files(server, prefix: str) -> list:  # type: ignore[no-untyped-def]
+    from jobs.lakehouse.locations import Location
+
+    return Location(f"s3://{prefix}").files()
+
+
+def run_jobs(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "jobs", *args], cwd=cwd, text=True,
+                          capture_output=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def test_the_cli_on_a_bucket(s3, broker_stores, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Load, check, maintain, SQL, a saved query and a trace on the bucket, from a
+    directory that stays empty; Spark asked for there is refused in one line."""
+    work = tmp_path / "cwd"
+    work.mkdir()
+    warehouse = ["--warehouse", "s3://lake/cli/"]
+    store = str(broker_stores["v5-clean"] / "store")
+    loaded = run_jobs(work, *warehouse, "load", "--broker", "b1", "--snapshot-id", "s1", store)
+    assert loaded.returncode == 0, loaded.stderr
+    checked = run_jobs(work, *warehouse, "check", "--broker", "b1", "--snapshot-id", "s1",
+                       "--output", str(tmp_path / "checks"))
+    assert checked.returncode == 0, checked.stderr
+    assert (tmp_path / "checks" / "reports" / "b1" / "s1.html").is_file()
+    assert run_jobs(work, *warehouse, "maintain", "--broker", "b1").returncode == 0
+    counted = run_jobs(work, *warehouse, "sql", "--format", "csv",
+                       "SELECT count(*) AS n FROM rmq.messages")
+    assert counted.returncode == 0, counted.stderr
+    stored = len(delta_rows(table_location("s3://lake/cli", T.MESSAGES)))
+    assert counted.stdout.split() == ["n", str(stored)] and stored > 0
+    positions = run_jobs(work, *warehouse, "sql", "--saved", "consumer_positions")
+    assert positions.returncode == 0 and "G_ALL" in positions.stdout, positions.stderr
+    msg_id = run_jobs(work, *warehouse, "sql", "--format", "csv",
+                      "SELECT msg_id FROM rmq.messages WHERE topic = 'TopicNormal' "
+                      "ORDER BY physical_offset LIMIT 1").stdout.split()[1]
+    traced = run_jobs(work, *warehouse, "trace", msg_id)
+    assert traced.returncode == 0 and "TopicNormal" in traced.stdout, traced.stderr
+    for command in (["sql", "--engine", "spark", "SELECT 1"],
+                    ["load", "--broker", "b1", "--snapshot-id", "s2", "--engine", "spark", store],
+                    ["check", "--broker", "b1", "--snapshot-id", "s1", "--engine", "spark"]):
+        refused = run_jobs(work, *warehouse, *command)
+        assert refused.returncode == 3, (command, refused.stderr)
+        assert refused.stderr.splitlines()[-1].endswith(
+            "is in an object store, which Spark does not reach yet; use the in-process "
+            "engines (--engine local, or auto)"), refused.stderr
+    assert list(work.iterdir()) == []
