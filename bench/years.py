@@ -102,7 +102,7 @@ def table_stats(warehouse: Path) -> dict[str, dict[str, int]]:
 
     stats = {}
     for name in T.TABLES:
-        location = T.table_location(warehouse, name)
+        location = Path(T.table_location(warehouse, name))
         active = pa.table(DeltaTable(str(location)).get_add_actions(flatten=True)).to_pydict()
         on_disk = [p for p in location.rglob("*.parquet") if "_delta_log" not in p.parts]
         log = [p for p in (location / "_delta_log").iterdir() if p.is_file()]

@@ -37,7 +37,7 @@ def test_maintenance_keeps_rows_drops_files_and_keeps_time_travel(  # type: igno
     before = {n: delta_rows(table_location(warehouse, n)) for n in tables}
     states = {n: table_state(table_location(warehouse, n)) for n in tables}
     # a load running meanwhile has written a data file it has not committed yet
-    staged = table_location(warehouse, T.TOPICS) / "part-00000-inflight.snappy.parquet"
+    staged = Path(table_location(warehouse, T.TOPICS)) / "part-00000-inflight.snappy.parquet"
     pq.write_table(pa.table({"x": [1]}), staged)
 
     recorded = maintain_tables(warehouse, NAME, time_travel_days=2)
