@@ -43,7 +43,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from jobs import pipeline
 from jobs.lakehouse import tables as T
-from jobs.lakehouse.locations import Location
+from jobs.lakehouse.locations import Location, aws_environment
 from jobs.pipeline_config import BrokerSource, clusters_of, load_config, parse_brokers
 from jobs.snapshot.manifest import snapshot_id_for
 
@@ -124,8 +124,19 @@ def _spark_master() -> str | None:
     return host if "://" in host else f"spark://{host}:{connection.port or 7077}"
 
 
+def _warehouse_access() -> None:
+    """Give this task's process the object store's keys and endpoint from the
+    ``aws_conn_id`` connection, as the ``AWS_*`` variables every client reads (never
+    logged); without one, the process's own environment (or instance role) is used."""
+    if CONFIG.aws_conn_id:
+        connection = BaseHook.get_connection(CONFIG.aws_conn_id)
+        os.environ.update(aws_environment(connection.login, connection.password,
+                                          connection.extra_dejson))
+
+
 def _step(call, *args):  # type: ignore[no-untyped-def]
     """Run a pipeline step; a permanent failure fails the task without retries."""
+    _warehouse_access()
     try:
         return call(*args)
     except pipeline.StepSkipped as error:
@@ -189,12 +200,13 @@ def rmq_nightly() -> None:
 
         @task(map_index_template=BY_BROKER)
         def maintain(delivered: dict[str, Any]) -> dict[str, Any]:
-            return pipeline.maintain_broker(CONFIG, _labelled(delivered))
+            return _step(pipeline.maintain_broker, CONFIG, _labelled(delivered))
 
         @task(map_index_template=BY_BROKER)
         def clean_up(snapshot: dict[str, Any]) -> dict[str, Any]:
             snapshot = _labelled(snapshot)
-            return pipeline.clean_up_broker(CONFIG, snapshot["broker"], snapshot["snapshot_id"])
+            return _step(pipeline.clean_up_broker, CONFIG, snapshot["broker"],
+                         snapshot["snapshot_id"])
 
         taken = snapshot(broker)
         delivered = alert(check(load(taken)))
@@ -289,6 +301,7 @@ def _deliver(checked: dict[str, Any]) -> dict[str, Any]:
     from jobs.alerts.evaluation import SENT, AlertRules, record_alert, recorded_alert
 
     broker, snapshot_id = checked["broker"], checked["snapshot_id"]
+    _warehouse_access()
     registry = pipeline.registry_for(None, CONFIG)  # a few rows: delta-rs, no JVM
     recorded = recorded_alert(registry, broker, snapshot_id)
     if recorded is None:

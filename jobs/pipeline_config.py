@@ -120,6 +120,7 @@ class PipelineConfig:
     alerts_config: Path = REPO_ROOT / "config" / "alerts.yaml"
 
     checks_output_setting: Path | None = None
+    aws_conn_id: str | None = None  # the object store's keys and endpoint (Airflow aws)
 
     @property
     def checks_output(self) -> Path:
@@ -147,7 +148,7 @@ def load_config(path: str | Path | None = None) -> PipelineConfig:
              "retry_delay_s", "spark_conn_id", "deliver_alerts", "brokers", "alerts_config",
              "spark_pool", "spark_pool_slots", "time_travel_days", "check_engine",
              "local_checks_up_to_mib", "load_engine", "local_load_up_to_mib",
-             "checks_output"}
+             "checks_output", "aws_conn_id"}
     unknown = sorted(set(document) - known)
     if unknown:
         raise PipelineConfigError(f"{path}: unknown key(s) {', '.join(unknown)}")
@@ -183,6 +184,7 @@ def load_config(path: str | Path | None = None) -> PipelineConfig:
                                                LOCAL_LOAD_UP_TO_MIB, 0)),
         checks_output_setting=where("checks_output", "") if document.get("checks_output")
         else None,
+        aws_conn_id=str(document["aws_conn_id"]) if document.get("aws_conn_id") else None,
     )
 
 

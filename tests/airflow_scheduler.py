@@ -79,6 +79,29 @@ def wait_for_port(port: int, process: subprocess.Popen, seconds: float) -> None:
     raise AssertionError(f"nothing listens on 127.0.0.1:{port} after {seconds} s")
 
 
+def wait_until_run_ends(run: subprocess.Popen, database: Path, run_date: str,
+                        seconds: float, dag_id: str = "rmq_nightly") -> None:
+    """Until the DAG run of ``run_date`` (YYYY-MM-DD) is finished in the metadata DB (or
+    the command exits). Seen: ``airflow dags test --use-executor`` kept running after the
+    run had finished, its LocalExecutor workers not shutting down; the caller kills it
+    then (start it with ``start_new_session=True`` and kill its process group)."""
+    deadline = time.monotonic() + seconds
+    sql = "SELECT state FROM dag_run WHERE dag_id = ? AND logical_date LIKE ?"
+    while run.poll() is None and time.monotonic() < deadline:
+        if {row[0] for row in query_metadata(database, sql, dag_id, f"{run_date}%")} \
+                & {"success", "failed"}:
+            with suppress(subprocess.TimeoutExpired):
+                run.wait(timeout=20)
+            return
+        time.sleep(1)
+
+
+def query_metadata(database: Path, sql: str, *args: str) -> list[tuple]:
+    """Rows of Airflow's SQLite metadata DB, read only."""
+    with sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5) as db:
+        return db.execute(sql, args).fetchall()
+
+
 @dataclass
 class TaskRun:
     task_id: str

@@ -21,7 +21,6 @@ task SIGKILLed: the run's final task still tells the operator which broker and t
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import logging
@@ -34,7 +33,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from airflow_scheduler import local_executor_env, wait_for_port
+from airflow_scheduler import (
+    local_executor_env,
+    query_metadata,
+    wait_for_port,
+    wait_until_run_ends,
+)
 from endpoints import Mailbox, free_port, smtp_connection, start_webhook, webhook_connection
 from lakehouse import all_content
 
@@ -541,26 +545,8 @@ RUN_OF_DATE = ("SELECT {columns} FROM task_instance ti JOIN dag_run dr ON dr.dag
                "AND dr.logical_date LIKE ?")
 
 
-def _wait_until_run_ends(run: subprocess.Popen, database: Path, run_date: str,
-                         seconds: float) -> None:
-    """Until the DAG run is finished in the metadata DB (or the command exits). Seen once:
-    ``airflow dags test --use-executor`` kept running after the run had finished, its
-    LocalExecutor workers not shutting down; the caller kills it then."""
-    deadline = time.monotonic() + seconds
-    sql = ("SELECT state FROM dag_run WHERE dag_id = 'rmq_nightly' AND logical_date LIKE ?")
-    while run.poll() is None and time.monotonic() < deadline:
-        if {row[0] for row in _query(database, sql, f"{run_date}%")} & {"success", "failed"}:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                run.wait(timeout=20)
-            return
-        time.sleep(1)
-
-
 def _query(database: Path, sql: str, *args: str) -> list[tuple]:
-    import sqlite3
-
-    with sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5) as db:
-        return db.execute(sql, args).fetchall()
+    return query_metadata(database, sql, *args)
 
 
 def _running_ti(database: Path, task_id: str, run_date: str) -> str | None:
@@ -581,7 +567,6 @@ def killed(airflow, growing_store, tmp_path_factory):  # type: ignore[no-untyped
     127.0.0.1), and the ``broker.load`` task's process SIGKILLed while it runs."""
     import os
     import signal
-    import time
 
     work = tmp_path_factory.mktemp("killed")
     port = free_port()
@@ -627,7 +612,7 @@ def killed(airflow, growing_store, tmp_path_factory):  # type: ignore[no-untyped
             assert victim is not None, (work / "run.log").read_text()[-3000:]
             time.sleep(3)  # let it get into its work (Spark starting)
             os.kill(victim, signal.SIGKILL)
-            _wait_until_run_ends(run, database, "2026-11-25", 600)
+            wait_until_run_ends(run, database, "2026-11-25", 600)
         finally:
             if run is not None and run.poll() is None:
                 os.killpg(run.pid, signal.SIGKILL)

@@ -295,6 +295,20 @@ class Location:
         return Path(tempfile.mkdtemp(prefix=f"{name}-"))
 
 
+def aws_environment(access_key: str | None, secret_key: str | None,
+                    extra: dict[str, Any]) -> dict[str, str]:
+    """The ``AWS_*`` variables an Airflow ``aws`` connection stands for: login and password
+    are the keys; ``endpoint_url``, ``region_name`` and ``aws_session_token`` in its extra
+    (the amazon provider's names); plain HTTP allowed when the endpoint says http://."""
+    endpoint = extra.get("endpoint_url") or \
+        (extra.get("service_config") or {}).get("s3", {}).get("endpoint_url")
+    variables = {"AWS_ACCESS_KEY_ID": access_key, "AWS_SECRET_ACCESS_KEY": secret_key,
+                 "AWS_SESSION_TOKEN": extra.get("aws_session_token"),
+                 "AWS_REGION": extra.get("region_name"), "AWS_ENDPOINT_URL": endpoint,
+                 "AWS_ALLOW_HTTP": "true" if str(endpoint or "").startswith("http://") else None}
+    return {k: str(v) for k, v in variables.items() if v}
+
+
 def _aws_settings() -> tuple[tuple[str, str], ...]:
     return tuple((k, os.environ[k]) for k in AWS_VARIABLES if k in os.environ)
 
