@@ -21,7 +21,7 @@ RUN_DATE    ?= $(shell date -u +%F)
 SHELL       := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: setup run test lint lock jars stores default-store clean check-tools browser sshd s3 fuzz sql-server beeline
+.PHONY: setup run run-s3 test lint lock jars stores default-store clean check-tools browser sshd s3 fuzz sql-server beeline
 
 ## setup: virtualenv with the locked Python stack + Delta jars from Maven Central
 setup: $(INSTALLED) jars
@@ -60,7 +60,9 @@ default-store: $(INSTALLED)
 # rmq.<table> with the warehouse's file URIs, and an Airflow DB that holds them for another
 # warehouse refuses the tasks' outlets (AirflowInactiveAssetInInletOrOutletException) under
 # `dags test`, which has no scheduler to retire the old URIs.
-AIRFLOW_HOME_DIR ?= $(if $(RMQ_WAREHOUSE),$(abspath $(RMQ_WAREHOUSE))/_airflow,$(CURDIR)/.cache/airflow)
+# A warehouse in a bucket (s3://...) keeps its Airflow home in .cache/airflow-s3.
+AIRFLOW_HOME_DIR ?= $(if $(filter s3://%,$(RMQ_WAREHOUSE)),$(CURDIR)/.cache/airflow-s3,$(if \
+	$(RMQ_WAREHOUSE),$(abspath $(RMQ_WAREHOUSE))/_airflow,$(CURDIR)/.cache/airflow))
 AIRFLOW_DB  := $(AIRFLOW_HOME_DIR)/airflow.db
 # RMQ_SPARK_SHARED_SESSION: `dags test` runs every task in this one process, so its Spark
 # tasks share one session (under a scheduler each task ends its own JVM).
@@ -80,6 +82,21 @@ run: setup default-store $(AIRFLOW_DB)
 		| grep --line-buffered -E '\[DAG TEST\] (starting|end) task|\[jobs\.|\[notifiers\]|\[rmq_nightly\]|\[error|DagRun Finished' \
 		| sed -u -E 's/^[0-9-]+T([0-9:]+)\.[0-9]+Z \[([a-z]+) *\] /\1 \2 /; s/ +\[[A-Za-z_.]+\] loc=.*$$//; s/ map_index=-1//'
 	$(AIRFLOW_ENV) $(PY) -m jobs summary --snapshot-id $(RUN_DATE)T0000Z --broker $(RUN_BROKER)
+
+## run-s3: `make run` with the warehouse in a bucket of the local S3 server: versitygw on
+## 127.0.0.1:$(S3_PORT) serving .cache/s3 (bucket rmq), started and stopped here; the tables
+## at s3://rmq/warehouse, the keys and endpoint in the AWS_* environment (docs/object-storage.md)
+S3_PORT ?= 7070
+run-s3: setup s3 default-store
+	@mkdir -p .cache/logs
+	@rm -f .cache/logs/s3-server.env
+	@$(PY) tests/s3_server.py .cache/s3 $(S3_PORT) rmq > .cache/logs/s3-server.env \
+		2>.cache/logs/s3-server.log & server=$$!; trap "kill $$server" EXIT; \
+	for _ in $$(seq 100); do grep -q AWS_ALLOW_HTTP .cache/logs/s3-server.env 2>/dev/null && break; \
+		sleep 0.1; done; \
+	set -a; . .cache/logs/s3-server.env; set +a; \
+	echo "S3 server at $$AWS_ENDPOINT_URL (data in .cache/s3); warehouse s3://rmq/warehouse"; \
+	$(MAKE) --no-print-directory run RMQ_WAREHOUSE=s3://rmq/warehouse
 
 $(AIRFLOW_DB): $(INSTALLED)
 	@mkdir -p $(AIRFLOW_HOME_DIR)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -41,6 +42,7 @@ class S3Server:
     port: int
     access_key: str = field(default_factory=lambda: "rmq" + secrets.token_hex(6))
     secret_key: str = field(default_factory=lambda: secrets.token_hex(20))
+    access_log: Path | None = None  # one line per request (bench/object_store.py counts them)
     process: subprocess.Popen | None = None
 
     @property
@@ -63,9 +65,10 @@ class S3Server:
             raise RuntimeError(f"{VERSITYGW} missing: run `make s3`")
         self.root.mkdir(parents=True, exist_ok=True)
         log = open(self.root.parent / f"versitygw-{self.port}.log", "ab")  # noqa: SIM115
+        logged = ["--access-log", str(self.access_log)] if self.access_log else []
         self.process = subprocess.Popen(
             [str(VERSITYGW), "--access", self.access_key, "--secret", self.secret_key,
-             "--region", REGION, "--port", f"127.0.0.1:{self.port}", "--quiet",
+             "--region", REGION, "--port", f"127.0.0.1:{self.port}", "--quiet", *logged,
              "posix", str(self.root)], stdout=log, stderr=log)
         _wait_for(self.port, self.process)
 
@@ -77,9 +80,10 @@ class S3Server:
 
 
 @contextmanager
-def running_s3(root: Path, port: int | None = None) -> Iterator[S3Server]:
+def running_s3(root: Path, port: int | None = None,
+               access_log: Path | None = None) -> Iterator[S3Server]:
     """Start versitygw over ``root`` (made if missing) on a free loopback port."""
-    server = S3Server(root, port or free_port())
+    server = S3Server(root, port or free_port(), access_log=access_log)
     server.start()
     try:
         yield server
@@ -120,6 +124,8 @@ def main() -> None:
     the environment a shell needs (``make run-s3``)."""
     root = Path(sys.argv[1]).resolve()
     port = int(sys.argv[2]) if len(sys.argv) > 2 else 7070
+    # SIGTERM (`make run-s3` ending) unwinds like Ctrl-C, so the server is stopped too
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     with running_s3(root, port) as server:
         for bucket in sys.argv[3:]:
             server.bucket(bucket)
