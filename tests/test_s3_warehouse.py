@@ -155,3 +155,42 @@ def test_the_cli_on_a_bucket(s3, broker_stores, tmp_path: Path) -> None:  # type
             "is in an object store, which Spark does not reach yet; use the in-process "
             "engines (--engine local, or auto)"), refused.stderr
     assert list(work.iterdir()) == []
+
+
+def test_an_outage_of_the_store_in_the_middle_of_a_load_is_ridden_out(
+        s3, broker_stores, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The S3 server goes away as the load begins its queue entries (messages committed,
+    the rest not) and comes back 3 s later: the clients retry with backoff (configured, not
+    hand-rolled), the load finishes, and its tables equal an undisturbed load's."""
+    import threading
+    import time
+
+    from jobs.load import job
+
+    store = broker_stores["v5-clean"] / "store"
+    local = tmp_path / "undisturbed"
+    load_snapshot(SparkOnDemand(_no_spark), "b1", "s1", store, LoadOptions(),  # type: ignore[arg-type]
+                  registry=Registry(None, local))
+    decode_into, outages, went_away = job.SnapshotLoad.decode_into, [], []
+
+    def with_an_outage(self, table, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if table == T.QUEUE_ENTRIES and not outages:
+            went_away.append(time.monotonic())
+            s3.stop()
+            outages.append(threading.Timer(3.0, s3.start))
+            outages[0].start()
+        return decode_into(self, table, *args, **kwargs)
+
+    monkeypatch.setattr(job.SnapshotLoad, "decode_into", with_an_outage)
+    bucket = "s3://lake/outage"
+    summary = load_snapshot(SparkOnDemand(_no_spark), "b1", "s1", store,  # type: ignore[arg-type]
+                            LoadOptions(), registry=Registry(None, bucket))
+    finished = time.monotonic()
+    outages[0].join()
+    assert not summary.skipped and s3.process is not None
+    # The rest of the load needed the store: it cannot have ended before the store was back.
+    assert finished - went_away[0] >= 3.0
+    for name in T.TABLES:
+        if name not in T.AUDIT_LOGS:
+            assert delta_rows(table_location(bucket, name)) == \
+                delta_rows(table_location(local, name)), name
