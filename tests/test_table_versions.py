@@ -163,7 +163,7 @@ def test_processes_creating_the_tables_at_once_all_get_the_same_tables(tmp_path:
     outputs = [racer.communicate(timeout=300)[0] for racer in racers]
     assert [racer.returncode for racer in racers] == [0] * 4, outputs
     for name in T.TABLES:
-        location = T.table_location(warehouse, name)
+        location = Path(T.table_location(warehouse, name))
         assert sorted(p.name for p in (location / "_delta_log").glob("*.json")) == [
             f"{0:020d}.json"], name
     registry = Registry(None, warehouse)
