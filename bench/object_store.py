@@ -32,9 +32,14 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
 
 from growing_broker import GrowingBroker  # noqa: E402
 from s3_server import running_s3, s3_environment  # noqa: E402
-from years import FIRST_NIGHT, pipeline_config, query_seconds  # noqa: E402
+from years import (  # noqa: E402
+    FIRST_NIGHT,
+    STEPS,
+    pipeline_config,
+    query_seconds,
+)
+from years import one_night as years_night  # noqa: E402
 
-STEPS = ("snapshot", "load", "check", "maintain", "clean_up")
 BROKER = "bench-s3"
 
 
@@ -59,34 +64,17 @@ class AccessLog:
 
 
 def one_night(config, broker, snapshot_id: str, night_time, log: AccessLog | None):  # type: ignore[no-untyped-def]
-    """The broker's task group into ``config``'s warehouse: seconds (and requests, on S3)
-    of every step."""
-    from jobs import pipeline
-
-    seconds: dict[str, float] = {}
+    """The broker's task group into ``config``'s warehouse (bench/years.py's night):
+    seconds, and on S3 the requests, of every step."""
     requests: dict[str, dict[str, int]] = {}
-    if log:
-        log.since_last()
-    clock = time.monotonic()
 
-    def lap(step: str) -> None:
-        nonlocal clock
-        seconds[step] = round(time.monotonic() - clock, 3)
-        if log:
+    def count_requests(step: str) -> None:
+        if log is not None:
             requests[step] = dict(log.since_last())
-        clock = time.monotonic()
 
-    snapshot = pipeline.snapshot_broker(config, broker, snapshot_id)
-    snapshot["taken_at"] = night_time.isoformat()
-    lap("snapshot")
-    loaded = pipeline.load_broker(_no_spark, config, snapshot)
-    lap("load")
-    checked = pipeline.check_broker(_no_spark, config, loaded, config.alerts_config)
-    lap("check")
-    pipeline.maintain_broker(config, checked)
-    lap("maintain")
-    pipeline.clean_up_broker(config, broker.name, snapshot_id)
-    lap("clean_up")
+    if log is not None:
+        log.since_last()  # what came before this night is not its
+    seconds = years_night(_no_spark, config, broker, snapshot_id, night_time, count_requests)
     return seconds, requests
 
 

@@ -66,18 +66,21 @@ def pipeline_config(work: Path, brokers: list[str]):  # type: ignore[no-untyped-
 
 
 def one_night(spark, config, broker, snapshot_id: str,  # type: ignore[no-untyped-def]
-              night_time: datetime) -> dict[str, float]:
+              night_time: datetime, after_step=None) -> dict[str, float]:
     """The broker's task group, step by step, timed. The snapshot is taken at the night's
     time on the series' calendar (``night_time``), not at the bench's wall-clock second:
     what reads the snapshots' times (consumer rates, the alert history's reminder
-    horizon, lag ages) sees nights a day apart, as in a deployment."""
+    horizon, lag ages) sees nights a day apart, as in a deployment. ``after_step(step)``
+    runs after each step, outside its time."""
     from jobs import pipeline
 
     seconds, clock = {}, time.monotonic()
 
     def lap(step: str) -> None:
         nonlocal clock
-        seconds[step] = round(time.monotonic() - clock, 2)
+        seconds[step] = round(time.monotonic() - clock, 3)
+        if after_step is not None:
+            after_step(step)
         clock = time.monotonic()
 
     snapshot = pipeline.snapshot_broker(config, broker, snapshot_id)

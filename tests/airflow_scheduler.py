@@ -71,7 +71,8 @@ def wait_for_port(port: int, process: subprocess.Popen, seconds: float) -> None:
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         if process.poll() is not None:
-            raise AssertionError(f"{process.args[1]} exited with {process.returncode}")
+            raise AssertionError(f"{Path(process.args[0]).name} {process.args[1]} exited with "
+                                 f"{process.returncode}")
         with socket.socket() as sock:
             if sock.connect_ex(("127.0.0.1", port)) == 0:
                 return

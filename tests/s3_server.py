@@ -17,15 +17,14 @@ from __future__ import annotations
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from airflow_scheduler import wait_for_port
 from endpoints import free_port
 
 REPO = Path(__file__).resolve().parent.parent
@@ -70,7 +69,7 @@ class S3Server:
             [str(VERSITYGW), "--access", self.access_key, "--secret", self.secret_key,
              "--region", REGION, "--port", f"127.0.0.1:{self.port}", "--quiet", *logged,
              "posix", str(self.root)], stdout=log, stderr=log)
-        _wait_for(self.port, self.process)
+        wait_for_port(self.port, self.process, 15)
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -104,19 +103,6 @@ def s3_environment(server: S3Server) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-
-
-def _wait_for(port: int, process: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"versitygw exited with {process.returncode} (see its log)")
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    process.kill()
-    raise RuntimeError(f"versitygw did not listen on 127.0.0.1:{port} within 15 s")
 
 
 def main() -> None:
