@@ -23,6 +23,7 @@ The period is ``RMQ_LEASE_SECONDS`` (60 s by default).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
@@ -33,6 +34,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from jobs.lakehouse.locations import Location
+
+log = logging.getLogger(__name__)
 
 DEFAULT_LEASE_SECONDS = 60.0
 
@@ -76,10 +79,16 @@ class Lease:
                 return
 
     def release(self) -> None:
-        """Stop renewing; delete the lease if it is still this holder's version."""
+        """Stop renewing; delete the lease if it is still this holder's version. A store
+        that cannot be reached now leaves the lease to expire (one period), and the error
+        that ended the holder's work, if any, is the one reported."""
         self._stop.set()
-        if self.lost is None and _e_tag(self.location) == self.e_tag:
-            self.location.delete()
+        try:
+            if self.lost is None and _e_tag(self.location) == self.e_tag:
+                self.location.delete()
+        except Exception as error:
+            log.warning("lease %s not released (%s); it expires in %.0f s", self.location,
+                        str(error).splitlines()[0], self.period)
 
 
 @contextmanager
