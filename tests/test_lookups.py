@@ -21,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lakehouse import IN_PROCESS_OPTIONS
+from s3_server import running_s3, s3_environment
 
 from jobs.lakehouse import tables as T
 from jobs.lakehouse.driver_rows import arrow_dataset
@@ -58,12 +59,41 @@ def truth(store_dir: Path) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def warehouse(growing_store, features_store, tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
-    warehouse = tmp_path_factory.mktemp("lookups")
+def s3_bucket(tmp_path_factory):  # type: ignore[no-untyped-def]
+    """A bucket of the local S3 server (tests/s3_server.py), this process pointed at it."""
+    with running_s3(tmp_path_factory.mktemp("s3") / "root") as server:
+        server.bucket("lake")
+        with s3_environment(server):
+            yield "s3://lake"
+
+
+def load_all(warehouse: Path | str, growing_store: Path, features_store: Path) -> None:
     for name in GROWING:
         load_in_process(warehouse, "g", name, growing_store / "snapshots" / name / "store")
     load_in_process(warehouse, "f", "s1", features_store / "store")
+
+
+@pytest.fixture(scope="module")
+def disk_warehouse(growing_store, features_store, tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
+    warehouse = tmp_path_factory.mktemp("lookups")
+    load_all(warehouse, growing_store, features_store)
     return warehouse
+
+
+@pytest.fixture(scope="module")
+def bucket_warehouse(s3_bucket, growing_store, features_store) -> str:  # type: ignore[no-untyped-def]
+    warehouse = f"{s3_bucket}/lookups"
+    load_all(warehouse, growing_store, features_store)
+    return warehouse
+
+
+@pytest.fixture(scope="module", params=["disk", "s3"])
+def warehouse(request) -> Path | str:  # type: ignore[no-untyped-def]
+    """The lookups' warehouse, in a directory and in an S3 bucket: the same answers and
+    the same files opened from both. (The draws and the every-member sweep below run on
+    the directory; on the bucket, a sample of them: three times slower per query.)"""
+    return request.getfixturevalue("disk_warehouse" if request.param == "disk"
+                                   else "bucket_warehouse")
 
 
 class Messages(list):  # type: ignore[type-arg]
@@ -78,11 +108,11 @@ def sent(growing_store, features_store) -> Messages:  # type: ignore[no-untyped-
     return Messages(truth(growing_store) + truth(features_store))
 
 
-def narrowed_and_full(engine: LocalEngine, name: str, params: dict[str, str],
-                      ) -> tuple[list[dict], list[dict], list[Counter[str]], Counter[str]]:
-    """The saved query's rows as the engine answers it (narrowed), the rows of its SQL
-    scanning everything, and the files each table opened: in each step that finds
-    pointers (one query per value looked up), and in the narrowed query itself."""
+def narrowed_only(engine: LocalEngine, name: str, params: dict[str, str],
+                  ) -> tuple[list[dict], list[Counter[str]], Counter[str], tuple[str, dict]]:
+    """The saved query's rows as the engine answers it (narrowed), the files each table
+    opened in each step that finds pointers (one query per value looked up) and in the
+    narrowed query itself, and the narrowed statement."""
     steps: list[Counter[str]] = []
 
     def counted(sql: str, bound: dict[str, str]):  # type: ignore[no-untyped-def]
@@ -91,9 +121,17 @@ def narrowed_and_full(engine: LocalEngine, name: str, params: dict[str, str],
 
     sql, checked = lookup.saved_statement(counted, engine.warehouse, name, params)
     assert sql != saved_query(name).sql, "the lookup table must narrow the query"
-    narrowed = engine.query(sql, checked).to_pylist()
+    return (engine.query(sql, checked).to_pylist(), steps,
+            Counter(engine.files_opened(sql, checked)), (sql, checked))
+
+
+def narrowed_and_full(engine: LocalEngine, name: str, params: dict[str, str],
+                      ) -> tuple[list[dict], list[dict], list[Counter[str]], Counter[str]]:
+    """:func:`narrowed_only`'s rows, the rows of the query's SQL scanning everything, and
+    :func:`narrowed_only`'s files opened."""
+    narrowed, steps, final, (_sql, checked) = narrowed_only(engine, name, params)
     full = engine.query(saved_query(name).sql, checked).to_pylist()
-    return narrowed, full, steps, Counter(engine.files_opened(sql, checked))
+    return narrowed, full, steps, final
 
 
 def files_that_may_hold(warehouse: Path, rows: list[dict], offset: int | None) -> int:
@@ -130,7 +168,8 @@ def lookups_of(message: dict) -> list[tuple[str, dict[str, str]]]:
 @settings(max_examples=60, deadline=None, suppress_health_check=SHARED_FIXTURES)
 @given(data=st.data())
 def test_a_lookup_finds_exactly_what_a_full_scan_finds_in_the_files_holding_it(
-        warehouse, sent, data) -> None:  # type: ignore[no-untyped-def]
+        disk_warehouse, sent, data) -> None:  # type: ignore[no-untyped-def]
+    warehouse = disk_warehouse
     engine = LocalEngine(warehouse)
     message = data.draw(st.sampled_from(sent), label="message")
     for name, params in lookups_of(message):
@@ -208,11 +247,26 @@ def test_every_message_row_has_its_lookup_rows(warehouse) -> None:  # type: igno
     assert as_json(got) == as_json(expected)
 
 
-def test_every_batch_member_and_every_key_of_a_message_finds_it(warehouse, features_store) -> None:  # type: ignore[no-untyped-def]
+def test_a_sample_of_lookups_answers_from_the_bucket_as_from_the_directory(
+        disk_warehouse, bucket_warehouse, sent) -> None:  # type: ignore[no-untyped-def]
+    """Twelve messages spread over the truth, by each of their lookups: the bucket's
+    answer, and the files each table opened for it, are the directory's (which the tests
+    above hold to full scans)."""
+    on_disk, on_s3 = LocalEngine(disk_warehouse), LocalEngine(bucket_warehouse)
+    for message in sent[::max(1, len(sent) // 12)]:
+        for name, params in lookups_of(message):
+            disk = narrowed_only(on_disk, name, params)
+            bucket = narrowed_only(on_s3, name, params)
+            assert disk[0] and as_json(bucket[0]) == as_json(disk[0]), (name, params)
+            assert bucket[1:3] == disk[1:3], (name, params)  # files opened, step by step
+
+
+def test_every_batch_member_and_every_key_of_a_message_finds_it(  # type: ignore[no-untyped-def]
+        disk_warehouse, features_store) -> None:
     """Not left to the draw above: every inner batch member of the features store by its
     own msgId and its record's offsetMsgId, and every message with several keys by each of
     them, through the saved queries as ``python -m jobs sql --saved`` runs them."""
-    engine = LocalEngine(warehouse)
+    engine = LocalEngine(disk_warehouse)
     chosen = [m for m in truth(features_store) if m.get("batch") or len(m["keys"]) > 1]
     assert sum(1 for m in chosen if m.get("batch")) > 0 and len(chosen) > 100
     for message in chosen:
