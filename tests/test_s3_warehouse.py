@@ -20,6 +20,7 @@ from s3_server import running_s3, s3_environment
 
 from jobs.check_job import check_snapshot
 from jobs.lakehouse import tables as T
+from jobs.lakehouse.locations import Location
 from jobs.lakehouse.spark_session import SparkOnDemand
 from jobs.lakehouse.tables import Registry, table_location
 from jobs.load.job import LoadOptions, load_snapshot
@@ -105,14 +106,8 @@ def test_four_brokers_at_once_on_s3_equal_one_after_another_on_local_disk(
             ("s3 " if row in on_s3[name] else "disk ") + row for row in only[:10])
     assert sorted(tmp_path.iterdir()) == sorted([script, local, tmp_path / "checks"])
     # Nothing of the loads is left in the bucket but the tables: no lease, no task report.
-    left = {f.relative.split("/")[0] for f in s3_files(s3, "lake/fleet")}
+    left = {f.relative.split("/")[0] for f in Location("s3://lake/fleet").files()}
     assert left == {"rmq.db"}
-
-
-def s3_files(server, prefix: str) -> list:  # type: ignore[no-untyped-def]
-    from jobs.lakehouse.locations import Location
-
-    return Location(f"s3://{prefix}").files()
 
 
 def run_jobs(cwd: Path, *args: str) -> subprocess.CompletedProcess:

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 def exists(location: str | Path) -> bool:
     """Whether a Delta log is at ``location`` (a table never created has none)."""
-    return (Location(str(location)) / "_delta_log").exists()
+    return (Location(str(location)) / "_delta_log").is_dir()
 
 
 def read_rows(location: str | Path, **equal: object) -> list[dict[str, object]]:

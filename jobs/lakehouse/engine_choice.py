@@ -31,10 +31,11 @@ def runs_in_process(stage: str, setting: str, size_bytes: int, up_to_mib: int,
     written in process whatever the size: Spark does not reach one yet."""
     if setting not in ENGINES:
         raise ValueError(f"{stage} engine {setting!r}: expected one of {', '.join(ENGINES)}")
-    if warehouse and not Location(warehouse).is_local:
+    if warehouse:
         if setting == SPARK:
             refuse_spark_on(warehouse, f"the {stage} on Spark")
-        return True
+        if not Location(warehouse).is_local:
+            return True
     return setting == LOCAL or (setting == AUTO and size_bytes <= up_to_mib * MIB)
 
 

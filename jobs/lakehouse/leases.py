@@ -84,7 +84,7 @@ class Lease:
         that ended the holder's work, if any, is the one reported."""
         self._stop.set()
         try:
-            if self.lost is None and _e_tag(self.location) == self.e_tag:
+            if self.lost is None and (self.location.head() or {}).get("e_tag") == self.e_tag:
                 self.location.delete()
         except Exception as error:
             log.warning("lease %s not released (%s); it expires in %.0f s", self.location,
@@ -133,17 +133,14 @@ def describe_holder(location: Location) -> str:
 
 def _take(location: Location, body: dict[str, Any], period: float) -> Lease | None:
     """Create the lease, or take over an expired one; None when it is held."""
-    import obstore
     from obstore.exceptions import AlreadyExistsError, PreconditionError
 
     try:
         return Lease(location, body, period, _put(location, body, "create"))
     except AlreadyExistsError:
         pass
-    store, key = location.store_and_key()
-    try:
-        meta = obstore.head(store, key)
-    except FileNotFoundError:  # released meanwhile: one more try to create it
+    meta = location.head()
+    if meta is None:  # released meanwhile: one more try to create it
         try:
             return Lease(location, body, period, _put(location, body, "create"))
         except AlreadyExistsError:
@@ -162,16 +159,6 @@ def _put(location: Location, body: Mapping[str, Any], mode: Any) -> str:
     store, key = location.store_and_key()
     data = json.dumps({**body, "renewed_at": datetime.now(UTC).isoformat(timespec="seconds")})
     return obstore.put(store, key, data.encode("utf-8"), mode=mode)["e_tag"]
-
-
-def _e_tag(location: Location) -> str | None:
-    import obstore
-
-    store, key = location.store_and_key()
-    try:
-        return obstore.head(store, key)["e_tag"]
-    except FileNotFoundError:
-        return None
 
 
 __all__ = ["Lease", "LeaseLostError", "describe_holder", "lease_seconds", "try_lease"]

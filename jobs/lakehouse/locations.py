@@ -176,21 +176,25 @@ class Location:
 
     def exists(self) -> bool:
         """A file here, or a directory with anything in it."""
-        if self.is_local:
-            return self.path.exists()
-        return self.is_file() or bool(self._list(limit_one=True))
+        return self.is_file() or self.is_dir()
 
     def is_file(self) -> bool:
-        if self.is_local:
-            return self.path.is_file()
+        return self.path.is_file() if self.is_local else self.head() is not None
+
+    def is_dir(self) -> bool:
+        """A directory with anything in it (in an object store: one LIST of a key)."""
+        return self.path.is_dir() if self.is_local else bool(self._list(limit_one=True))
+
+    def head(self) -> dict[str, Any] | None:
+        """An object's metadata (``e_tag``, ``last_modified``, ``size``); None when there
+        is none. Object stores only (the leases' conditional writes)."""
         import obstore
 
         store, key = self.store_and_key()
         try:
-            obstore.head(store, key)
+            return obstore.head(store, key)
         except FileNotFoundError:
-            return False
-        return True
+            return None
 
     def read_bytes(self) -> bytes:
         """The file's bytes; FileNotFoundError when there is none."""

@@ -176,8 +176,14 @@ class SnapshotLoad:
     def app_id(self, table: str) -> str:
         return f"rmq-load/{self.broker}/{table}"
 
+    @property
+    def reports_root(self) -> Location:
+        """This load's task reports (removed once the load is done)."""
+        return Location(self.registry.warehouse) / "_rmq_task_reports" / self.broker / \
+            str(self.seq)
+
     def report_dir(self, kind: str) -> str:
-        return f"{self.registry.warehouse}/_rmq_task_reports/{self.broker}/{self.seq}/{kind}"
+        return str(self.reports_root / kind)
 
     def context(self, table: str, kind: str, commitlog_end: int | None = None,
                 commitlog_tail_file: str | None = None,
@@ -524,7 +530,7 @@ class SnapshotLoad:
             cl_end = write_offset(self.store)  # the bytes it received
         self.write_snapshot_row(LOADED, plan.commitlog_min_offset, cl_end, errors)
         self.write_load_runs()
-        Location(self.report_dir("x")).parent.delete_tree()
+        self.reports_root.delete_tree()
         return self.finish()
 
     def finish(self) -> LoadSummary:
