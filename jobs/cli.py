@@ -277,7 +277,7 @@ def _run(args: argparse.Namespace) -> int:
             return _load(spark, args)
         if args.command == "check":
             return _check(args, spark)  # a small snapshot's check starts no Spark
-        return _migrate(spark())
+        return _migrate(spark, _warehouse_option(args))
     except refused as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_REFUSED
@@ -435,10 +435,14 @@ def _sql_server(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _migrate(spark) -> int:  # type: ignore[no-untyped-def]
+def _migrate(spark, warehouse: Path | Location | None) -> int:  # type: ignore[no-untyped-def]
+    from jobs.lakehouse.engine_choice import refuse_spark_commits_on
     from jobs.lakehouse.migrate import migrate_warehouse
+    from jobs.lakehouse.tables import default_warehouse
 
-    migrate_warehouse(spark, progress=print)
+    # before a JVM starts: the migration rewrites with Spark's own Delta writer
+    refuse_spark_commits_on(str(warehouse or default_warehouse()), "jobs migrate")
+    migrate_warehouse(spark(), progress=print)
     return EXIT_OK
 
 

@@ -83,6 +83,17 @@ def delta_rows(location: str | Path, version: int | None = None,
                   for row in table.to_pyarrow_table().to_pylist())
 
 
+#: Columns that say when (or where) a check ran, not what it found.
+RUN_COLUMNS = frozenset({"checked_at", "raised_at", "report_url"})
+
+
+def warehouse_content(warehouse: str | Path) -> dict[str, list[str]]:
+    """Every table's rows but the audit logs', run columns left out, by delta-rs: what two
+    warehouses of the same nights must agree on, whoever wrote them and wherever."""
+    return {name: delta_rows(T.table_location(str(warehouse), name), leave_out=RUN_COLUMNS)
+            for name in TABLES if name not in AUDIT_LOGS}
+
+
 def reconcile_on_both_engines(spark, registry: Registry, broker: str, snapshot_id: str):  # type: ignore[no-untyped-def]
     """Reconcile with the local engine (DuckDB), then with Spark, and require the very same
     findings and lag rows (all but the time of the check) and summary; Spark's is returned

@@ -105,6 +105,16 @@ def s3_environment(server: S3Server) -> Iterator[None]:
                 os.environ[key] = value
 
 
+@contextmanager
+def serving_bucket(root: Path, bucket: str) -> Iterator[S3Server]:
+    """A server over ``root`` with ``bucket`` made, this process pointed at it: what a test
+    module's fixture needs."""
+    with running_s3(root) as server:
+        server.bucket(bucket)
+        with s3_environment(server):
+            yield server
+
+
 def main() -> None:
     """``python tests/s3_server.py ROOT [PORT] [BUCKET]``: serve in the foreground and print
     the environment a shell needs (``make run-s3``)."""

@@ -2,9 +2,12 @@
 
 A master and one worker (1 core, 1 GiB) run on 127.0.0.1 from the installed pyspark. The load
 is submitted as its own process, ``python -m jobs --master spark://...``, and then once more
-with ``spark-submit jobs/cli.py``. Both must register an application with the master whose
-executor the worker launched, and every Spark task must have run on that executor (the
-event log says where each task ran), not in the driver.
+with ``spark-submit jobs/cli.py``, that time into a warehouse in an S3 bucket (the local S3
+server), whose keys only the driver is given: the worker started without them, and its
+executor writes the night's files with what the driver hands it. Both must register an
+application with the master whose executor the worker launched, and every Spark task must
+have run on that executor (the event log says where each task ran), not in the driver. The
+bucket's tables equal the local ones.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
+from lakehouse import warehouse_content
+from s3_server import running_s3, s3_environment
 from spark_standalone import (
     PYTHON,
     SPARK_HOME,
@@ -96,11 +101,11 @@ def test_a_load_runs_on_the_executors_of_a_standalone_cluster(  # type: ignore[n
     warehouse = tmp_path / "warehouse"
     records = sum(1 for _ in scan_store(store / "commitlog"))
     # --engine spark: a store this small is otherwise decoded in process, not on the cluster
-    load = ["--warehouse", str(warehouse), "load", "--broker", "b", "--quiet", "--engine",
-            "spark"]
+    load = ["load", "--broker", "b", "--quiet", "--engine", "spark"]
 
     app_id, app = run_driver(
-        spark_cluster, [PYTHON, "-m", "jobs", "--master", spark_cluster.url, *load,
+        spark_cluster, [PYTHON, "-m", "jobs", "--master", spark_cluster.url,
+                        "--warehouse", str(warehouse), *load,
                         "--snapshot-id", "s1", str(store)], "python-m-jobs", tmp_path)
     assert_ran_on_the_worker(spark_cluster, app_id, app)
     assert len(rows(warehouse, "messages", ["physical_offset"])) == records
@@ -109,17 +114,19 @@ def test_a_load_runs_on_the_executors_of_a_standalone_cluster(  # type: ignore[n
         {"snapshot_id": "s1", "status": "loaded"}]
 
     # spark-submit decides the master here (no --master after the script) and must bring
-    # the Delta jars: the driver JVM is running before jobs/cli.py starts.
+    # the jars (Delta's, S3A's): the driver JVM is running before jobs/cli.py starts.
     jars = ",".join(str(jar) for jar in ensure_delta_jars())
     driver_logging = (f"-Dlog4j2.configurationFile={LOG4J_CONFIG} "
                       f"-Drmq.log.file={spark_cluster.env['RMQ_SPARK_LOG_FILE']}")
-    app_id, app = run_driver(
-        spark_cluster, [str(SPARK_HOME / "bin" / "spark-submit"), "--master", spark_cluster.url,
-                        "--jars", jars, "--driver-java-options", driver_logging,
-                        "jobs/cli.py", *load, "--snapshot-id", "s2", str(store)],
-        "spark-submit", tmp_path, {"PYTHONPATH": str(REPO)})
-    assert_ran_on_the_worker(spark_cluster, app_id, app)
-    assert len(rows(warehouse, "messages", ["physical_offset"])) == records  # nothing new
-    snapshots = rows(warehouse, "snapshots", ["snapshot_id", "status"])
-    assert sorted(snapshots, key=lambda row: row["snapshot_id"]) == [
-        {"snapshot_id": "s1", "status": "loaded"}, {"snapshot_id": "s2", "status": "loaded"}]
+    with running_s3(tmp_path / "s3") as server:
+        bucket = server.bucket("lake") + "/cluster"
+        on_bucket = ["--warehouse", bucket, *load]
+        app_id, app = run_driver(
+            spark_cluster, [str(SPARK_HOME / "bin" / "spark-submit"), "--master",
+                            spark_cluster.url, "--jars", jars, "--driver-java-options",
+                            driver_logging, "jobs/cli.py", *on_bucket, "--snapshot-id", "s1",
+                            str(store)],
+            "spark-submit", tmp_path, {"PYTHONPATH": str(REPO), **server.environment()})
+        assert_ran_on_the_worker(spark_cluster, app_id, app)
+        with s3_environment(server):
+            assert warehouse_content(bucket) == warehouse_content(warehouse)

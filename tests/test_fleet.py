@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
-from lakehouse import delta_rows
+from lakehouse import warehouse_content
 
 from jobs.check_job import check_snapshot
 from jobs.lakehouse import tables as T
@@ -42,8 +42,6 @@ FLEET = {"fleet-a": "v5-clean", "fleet-b": "v4-clean", "fleet-c": "v5-killed",
 # tables.
 LOAD_ENGINE = {"fleet-a": "spark", "fleet-b": "local", "fleet-c": "local", "fleet-d": "spark"}
 NIGHTS = ("n1", "n2")
-# Columns that say when (or where) a check ran, not what it found.
-RUN_COLUMNS = frozenset({"checked_at", "raised_at", "report_url"})
 
 #: Each broker process's driver heap: four JVMs of the default 4g beside the test lanes' own
 #: sessions once got one OOM-killed on 24 GiB (docs/fleet.md); a load and check of these
@@ -94,12 +92,6 @@ if spark.session is not None:
 (barrier.parent / f"{broker}.stage.json").write_text(json.dumps(stage))
 print("done", broker, snapshot_id)
 """
-
-
-def content(warehouse: Path) -> dict[str, list[str]]:
-    """Every table's rows (run columns left out), by delta-rs."""
-    return {name: delta_rows(table_location(warehouse, name), leave_out=RUN_COLUMNS)
-            for name in T.TABLES if name not in T.AUDIT_LOGS}
 
 
 def night_of_the_fleet(warehouse: Path, night: str, stores: dict[str, Path],
@@ -157,7 +149,7 @@ def test_four_brokers_at_once_equal_four_brokers_one_after_another(  # type: ign
             check_snapshot(lambda: registry, serial_warehouse, broker, night, engine="local")
     maintain_tables(serial_warehouse, "fleet-a")
 
-    fleet, serial = content(fleet_warehouse), content(serial_warehouse)
+    fleet, serial = warehouse_content(fleet_warehouse), warehouse_content(serial_warehouse)
     assert {name: len(rows) for name, rows in fleet.items()} == \
         {name: len(rows) for name, rows in serial.items()}
     for name in fleet:

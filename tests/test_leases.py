@@ -15,7 +15,7 @@ import time
 
 import obstore
 import pytest
-from s3_server import running_s3, s3_environment
+from s3_server import serving_bucket
 
 from jobs.lakehouse.leases import LeaseLostError, try_lease
 from jobs.lakehouse.locations import warehouse_location
@@ -27,14 +27,12 @@ PERIOD = 4.0  # seconds; renewed every third of it
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
-    with running_s3(tmp_path_factory.mktemp("s3") / "root") as server:
-        server.bucket("leases")
-        with s3_environment(server):
-            os.environ["RMQ_LEASE_SECONDS"] = str(PERIOD)
-            try:
-                yield server
-            finally:
-                os.environ.pop("RMQ_LEASE_SECONDS", None)
+    with serving_bucket(tmp_path_factory.mktemp("s3") / "root", "leases") as server:
+        os.environ["RMQ_LEASE_SECONDS"] = str(PERIOD)
+        try:
+            yield server
+        finally:
+            os.environ.pop("RMQ_LEASE_SECONDS", None)
 
 
 _HOLDER = textwrap.dedent("""

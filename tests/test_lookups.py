@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lakehouse import IN_PROCESS_OPTIONS
-from s3_server import running_s3, s3_environment
+from s3_server import serving_bucket
 
 from jobs.lakehouse import tables as T
 from jobs.lakehouse.driver_rows import arrow_dataset
@@ -61,10 +61,8 @@ def truth(store_dir: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def s3_bucket(tmp_path_factory):  # type: ignore[no-untyped-def]
     """A bucket of the local S3 server (tests/s3_server.py), this process pointed at it."""
-    with running_s3(tmp_path_factory.mktemp("s3") / "root") as server:
-        server.bucket("lake")
-        with s3_environment(server):
-            yield "s3://lake"
+    with serving_bucket(tmp_path_factory.mktemp("s3") / "root", "lake"):
+        yield "s3://lake"
 
 
 def load_all(warehouse: Path | str, growing_store: Path, features_store: Path) -> None:

@@ -1,12 +1,16 @@
 """Many tasks stage files, the driver commits once (jobs/lakehouse/staged_append.py): over
 random plans (tasks, partitions, empty tasks, failed and speculative attempts, a driver
 killed between its moves and its commit) the table holds exactly the rows of the accepted
-attempts, once, and no file the log does not name is left in the table's directory."""
+attempts, once, and no file the log does not name is left in the table's directory; on a
+local disk and in a bucket of the local S3 server (moves there are copies and deletes)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
@@ -15,9 +19,11 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from s3_server import serving_bucket
 
 from jobs.lakehouse import staged_append
 from jobs.lakehouse.driver_rows import committed
+from jobs.lakehouse.locations import Location
 from jobs.lakehouse.staged_append import (
     STAGING,
     StagedLayout,
@@ -50,26 +56,25 @@ def rows(task_index: int, days: list[int]) -> pa.RecordBatch:
         "store_date": [DAY0 + dt.timedelta(days=d) for d in days]}, schema=SCHEMA)
 
 
-def new_table(location: Path) -> None:
+def new_table(location: Location) -> None:
     write_deltalake(str(location), SCHEMA.empty_table(), partition_by=["store_date"],
                     configuration=SETTINGS)
 
 
-def table_rows(location: Path) -> list[tuple]:
+def table_rows(location: Location) -> list[tuple]:
     table = DeltaTable(str(location)).to_pyarrow_table()
     return sorted(zip(table["physical_offset"].to_pylist(), table["store_date"].to_pylist(),
                       strict=True))
 
 
-def stray_files(location: Path) -> set[str]:
+def stray_files(location: Location) -> set[str]:
     """Parquet files under the table that its current version does not name."""
-    named = set(DeltaTable(str(location)).file_uris())
-    return {p.as_posix() for p in location.rglob("*.parquet")
-            if "_delta_log" not in p.parts and p.as_posix() not in named
-            and f"file://{p.as_posix()}" not in named}
+    named = {uri.removeprefix("file://") for uri in DeltaTable(str(location)).file_uris()}
+    return {f.relative for f in location.files() if f.relative.endswith(".parquet")
+            and str(location / f.relative) not in named}
 
 
-def run_append(location: Path, tasks: list[list[int]], attempts: list[list[str]],
+def run_append(location: Location, tasks: list[list[int]], attempts: list[list[str]],
                killed: bool) -> None:
     """One append as SparkFacts runs it: failed attempts stage files nobody collects; a
     speculative one stages files the driver gets but does not use; optionally the driver
@@ -90,7 +95,7 @@ def run_append(location: Path, tasks: list[list[int]], attempts: list[list[str]]
         assert commit_staged(location, APP, VERSION, accepted)
 
 
-def _move_without_commit(location: Path, adds: list[dict]) -> None:
+def _move_without_commit(location: Location, adds: list[dict]) -> None:
     """commit_staged up to its commit: the driver dies there (its moves are done)."""
     from deltalake import DeltaTable as Real
 
@@ -110,20 +115,50 @@ def _move_without_commit(location: Path, adds: list[dict]) -> None:
         Real.create_write_transaction = original  # type: ignore[method-assign]
 
 
+@pytest.fixture(scope="module")
+def bucket(tmp_path_factory):  # type: ignore[no-untyped-def]
+    with serving_bucket(tmp_path_factory.mktemp("s3") / "root", "lake"):
+        yield Location("s3://lake")
+
+
+@contextmanager
+def fresh_table(where: Location | None) -> Iterator[Location]:
+    """A new empty table in a temporary directory, or under a new prefix of ``where``."""
+    if where is not None:
+        location = where / uuid.uuid4().hex / "messages"
+        new_table(location)
+        yield location
+        return
+    with TemporaryDirectory() as scratch:
+        location = Location(f"{scratch}/messages")
+        new_table(location)
+        yield location
+
+
 @given(tasks=st.lists(TASK, min_size=1, max_size=5), data=st.data(), killed=st.booleans())
 @settings(max_examples=30, deadline=None)
 def test_the_table_holds_exactly_the_accepted_attempts_rows(
         tasks: list[list[int]], data: st.DataObject, killed: bool) -> None:
+    check_accepted_attempts(None, tasks, data, killed)
+
+
+@given(tasks=st.lists(TASK, min_size=1, max_size=4), data=st.data(), killed=st.booleans())
+@settings(max_examples=12, deadline=None)
+def test_in_a_bucket_too(bucket: Location, tasks: list[list[int]], data: st.DataObject,
+                         killed: bool) -> None:
+    check_accepted_attempts(bucket, tasks, data, killed)
+
+
+def check_accepted_attempts(where: Location | None, tasks: list[list[int]],
+                            data: st.DataObject, killed: bool) -> None:
     attempts = [data.draw(ATTEMPTS) for _ in tasks]
-    with TemporaryDirectory() as scratch:
-        location = Path(scratch) / "messages"
-        new_table(location)
+    with fresh_table(where) as location:
         run_append(location, tasks, attempts, killed)
         expected = sorted((i * 1000 + n, DAY0 + dt.timedelta(days=d))
                           for i, days in enumerate(tasks) for n, d in enumerate(days))
         assert table_rows(location) == expected
         assert stray_files(location) == set()
-        assert not (location / STAGING).exists() or not any((location / STAGING).iterdir())
+        assert not (location / STAGING).files()
         # a re-run of a committed append changes nothing
         version = DeltaTable(str(location)).version()
         run_append(location, tasks, attempts, killed=False)

@@ -78,7 +78,7 @@ def engine_for(setting: str, commitlog_bytes: int, up_to_mib: int, registry: Reg
     """The engine ``setting`` (auto, local or spark) asks for, for a snapshot whose commitlog
     holds ``commitlog_bytes``; ``spark`` gives the Spark registry (starting the session)
     only when Spark is chosen."""
-    if runs_in_process("check", setting, commitlog_bytes, up_to_mib, registry.warehouse):
+    if runs_in_process("check", setting, commitlog_bytes, up_to_mib):
         return DuckDbEngine(registry.warehouse)
     on_spark = spark()
     return SparkEngine(on_spark.spark, on_spark)

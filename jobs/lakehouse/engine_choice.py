@@ -24,24 +24,20 @@ LOCAL_CHECKS_UP_TO_MIB = 256
 LOCAL_LOAD_UP_TO_MIB = 1024
 
 
-def runs_in_process(stage: str, setting: str, size_bytes: int, up_to_mib: int,
-                    warehouse: str = "") -> bool:
+def runs_in_process(stage: str, setting: str, size_bytes: int, up_to_mib: int) -> bool:
     """Whether ``stage`` (named in the error) runs in this process for ``size_bytes`` of
-    input under ``setting`` (auto, local or spark). A ``warehouse`` in an object store is
-    written in process whatever the size: Spark does not reach one yet."""
+    input under ``setting`` (auto, local or spark)."""
     if setting not in ENGINES:
         raise ValueError(f"{stage} engine {setting!r}: expected one of {', '.join(ENGINES)}")
-    if warehouse:
-        if setting == SPARK:
-            refuse_spark_on(warehouse, f"the {stage} on Spark")
-        if not Location(warehouse).is_local:
-            return True
     return setting == LOCAL or (setting == AUTO and size_bytes <= up_to_mib * MIB)
 
 
-def refuse_spark_on(warehouse: str, what: str) -> None:
-    """Refuse Spark for a warehouse in an object store, in one line (before any work)."""
+def refuse_spark_commits_on(warehouse: str, what: str) -> None:
+    """Refuse, in one line and before any work, what would commit to a Delta table in an
+    object store through Spark's own writer: delta-spark commits with an unconditional PUT
+    (its only S3 log store is single-driver), so two writers at once can silently lose a
+    commit there (docs/object-storage.md). Spark reads such tables; delta-rs writes them."""
     if not Location(str(warehouse)).is_local:
         raise UnsupportedLocationError(
-            f"{what}: the warehouse {warehouse} is in an object store, which Spark does not "
-            "reach yet; use the in-process engines (--engine local, or auto)")
+            f"{what}: the warehouse {warehouse} is in an object store, where Spark's Delta "
+            "commits are not safe with other writers; this command needs a local warehouse")

@@ -1,9 +1,10 @@
-"""The JVM jars Spark needs besides its own (Delta Lake), fetched once from Maven Central.
+"""The JVM jars Spark needs besides its own (Delta Lake, S3A), fetched once from Maven Central.
 
-``jvm/pom.xml`` names the Delta artifact; ``mvn dependency:copy-dependencies`` copies it
-and its runtime dependencies (minus what pyspark already ships) into a cache folder
-keyed by the Delta version. Later calls find the folder complete and touch no network,
-so a SparkSession with Delta works offline after the first run.
+``jvm/pom.xml`` names the artifacts; ``mvn dependency:copy-dependencies`` copies them and
+their runtime dependencies (minus what pyspark already ships) into a cache folder keyed
+by the Delta version and the pom's content, so a changed pom fetches again. Later calls
+find the folder complete and touch no network, so a SparkSession with Delta works
+offline after the first run.
 
 We use Maven rather than Spark's own ``spark.jars.packages`` (Ivy) resolution because
 Ivy re-resolves against remote repositories at every session start, which is slow and
@@ -12,6 +13,7 @@ fails offline.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -80,7 +82,8 @@ def check_python_agrees(versions: JvmVersions) -> None:
 def jar_dir(cache: Path | None = None, versions: JvmVersions | None = None) -> Path:
     versions = versions or pom_versions()
     cache = cache or Path(os.environ.get("RMQ_JARS_CACHE", DEFAULT_CACHE))
-    return cache / f"delta-{versions.delta}-spark{versions.spark_binary}"
+    pom_digest = hashlib.sha256(POM.read_bytes()).hexdigest()[:8]
+    return cache / f"delta-{versions.delta}-spark{versions.spark_binary}-{pom_digest}"
 
 
 def ensure_delta_jars(cache: Path | None = None) -> list[Path]:
@@ -90,8 +93,9 @@ def ensure_delta_jars(cache: Path | None = None) -> list[Path]:
     if not (target / COMPLETE_MARKER).exists():
         _fetch_with_maven(target, versions)
     jars = sorted(target.glob("*.jar"))
-    if not any(jar.name.startswith("delta-spark_") for jar in jars):
-        raise JarSetupError(f"{target} holds no delta-spark jar; delete it and retry")
+    for expected in ("delta-spark_", "hadoop-aws-"):
+        if not any(jar.name.startswith(expected) for jar in jars):
+            raise JarSetupError(f"{target} holds no {expected}* jar; delete it and retry")
     return jars
 
 

@@ -97,10 +97,17 @@ def checks_directory(warehouse: Location) -> Path:
     store, the local directory ``.cache/checks/<bucket>/<prefix>`` of this checkout."""
     if warehouse.is_local:
         return warehouse.path / "_checks"
+    return local_companion(warehouse, "checks")
+
+
+def local_companion(warehouse: Location, kind: str) -> Path:
+    """A local directory, ``.cache/<kind>/<bucket>/<prefix>`` of this checkout, for what
+    belongs to a warehouse in an object store but must live on a disk (the checks' HTML,
+    Spark's Derby catalog)."""
     from jobs.lakehouse.jars import REPO_ROOT
 
     parsed = urlparse(warehouse.uri)
-    return REPO_ROOT / ".cache" / "checks" / parsed.netloc / parsed.path.strip("/")
+    return REPO_ROOT / ".cache" / kind / parsed.netloc / parsed.path.strip("/")
 
 
 @dataclass(frozen=True)
@@ -266,6 +273,21 @@ class Location:
         store, key = self.store_and_key()
         obstore.put(store, key, local)  # multipart past obstore's chunk size
         local.unlink()
+
+    def move_to(self, target: Location) -> None:
+        """Move this file to ``target`` in the same store: a rename on a local disk; a
+        server-side copy then a delete in an object store (no byte passes through here).
+        A copy whose source is gone (a move done before) is FileNotFoundError."""
+        if self.is_local:
+            target.path.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(self.path, target.path)
+            return
+        import obstore
+
+        store, key = self.store_and_key()
+        _, target_key = target.store_and_key()
+        obstore.copy(store, key, target_key)
+        obstore.delete(store, key)
 
     def delete(self) -> None:
         """Remove the file, if it is there."""

@@ -26,6 +26,7 @@ from pyspark.sql import SparkSession
 
 from jobs.lakehouse.contracts import CONTRACT_VERSION, schema_drift
 from jobs.lakehouse.delta_io import conform
+from jobs.lakehouse.engine_choice import refuse_spark_commits_on
 from jobs.lakehouse.table_versions import (
     MIGRATION_SOURCE,
     Action,
@@ -57,6 +58,7 @@ def migrate_warehouse(spark: SparkSession, warehouse: str | None = None,
                       progress: Callable[[str], None] = log.info) -> list[Migrated]:
     """Migrate every table of the warehouse (the session's by default)."""
     registry = Registry(spark, warehouse)
+    refuse_spark_commits_on(registry.warehouse, "jobs migrate")
     spark.sql(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
     done = []
     for table in registry.tables.values():

@@ -5,6 +5,11 @@ classpath, sizes memory and parallelism for a 2-core / 24 GiB machine, and pins 
 session time zone to UTC so timestamps from broker stores mean the same everywhere.
 Override any setting with ``extra_conf`` or ``RMQ_SPARK_MASTER`` (e.g.
 ``spark://127.0.0.1:7077`` for a standalone cluster).
+
+A warehouse in an S3 bucket is read through S3A (``s3://`` included), configured from the
+same ``AWS_*`` variables delta-rs and pyarrow read; the executors get them too, since
+their tasks write the tables' files there (jobs.lakehouse.staged_append). Spark's catalog
+(Derby) stays on the local disk. Spark never commits to such a table: delta-rs does.
 """
 
 from __future__ import annotations
@@ -17,9 +22,9 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from jobs.lakehouse.engine_choice import refuse_spark_on
 from jobs.lakehouse.jars import REPO_ROOT, check_python_agrees, ensure_delta_jars, pom_versions
-from jobs.lakehouse.tables import default_warehouse
+from jobs.lakehouse.locations import AWS_VARIABLES, Location, local_companion, warehouse_location
+from jobs.lakehouse.tables import WAREHOUSE_CONF, default_warehouse
 
 DEFAULT_MASTER = "local[2]"
 #: The driver's heap (``spark.driver.memory``) when set; a fleet's pool of N Spark slots
@@ -51,11 +56,36 @@ BASE_CONF: dict[str, str] = {
 }
 
 
+def s3a_conf(environment: Mapping[str, str]) -> dict[str, str]:
+    """Spark's settings for tables in an S3 bucket, from the ``AWS_*`` variables: S3A for
+    ``s3://`` and ``s3a://``, the endpoint (path-style, as S3-compatible servers need),
+    the region, and the variables again for the executors' own writers (Spark redacts
+    the secret and the token in its UI and logs: ``spark.redaction.regex``). The keys
+    themselves reach S3A by its default provider chain, which reads the environment."""
+    endpoint = environment.get("AWS_ENDPOINT_URL", "")
+    conf = {
+        "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+        "spark.hadoop.fs.s3a.endpoint.region":
+            environment.get("AWS_REGION") or environment.get("AWS_DEFAULT_REGION") or "us-east-1",
+        # Third-party stores answer with their own ETags and checksums: S3A's defaults.
+        "spark.hadoop.fs.s3a.change.detection.mode": "warn",
+    }
+    if endpoint:
+        conf.update({"spark.hadoop.fs.s3a.endpoint": endpoint,
+                     "spark.hadoop.fs.s3a.path.style.access": "true",
+                     "spark.hadoop.fs.s3a.connection.ssl.enabled":
+                         str(endpoint.startswith("https://")).lower()})
+    for name in AWS_VARIABLES:
+        if environment.get(name):
+            conf[f"spark.executorEnv.{name}"] = environment[name]
+    return conf
+
+
 def build_spark_session(
     app_name: str = "rmq-lakehouse",
     *,
     master: str | None = None,
-    warehouse: Path | None = None,
+    warehouse: Path | Location | str | None = None,
     extra_conf: Mapping[str, str] | None = None,
 ) -> SparkSession:
     """Create (or return the running) SparkSession configured for Delta."""
@@ -66,11 +96,11 @@ def build_spark_session(
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # Keep the driver on loopback instead of the host's first interface address.
     os.environ.setdefault("SPARK_LOCAL_IP", os.environ.get("RMQ_SPARK_DRIVER_BIND", "127.0.0.1"))
-    warehouse = warehouse or default_warehouse()
-    refuse_spark_on(str(warehouse), "a Spark session")
+    location = warehouse_location(warehouse or default_warehouse(), "warehouse")
+    catalog = location.path if location.is_local else local_companion(location, "spark-catalog")
     log_file = Path(os.environ.get("RMQ_SPARK_LOG_FILE", DEFAULT_LOG_FILE))
     log_file.parent.mkdir(parents=True, exist_ok=True)
-    java_options = (f"-Dderby.system.home={warehouse} -Drmq.log.file={log_file} "
+    java_options = (f"-Dderby.system.home={catalog} -Drmq.log.file={log_file} "
                     f"-Dlog4j2.configurationFile={LOG4J_CONFIG}")
     # Under spark-submit the driver JVM is already running (pyspark then finds its gateway
     # in the environment): spark-submit's --master applies unless one is given here, and
@@ -85,7 +115,8 @@ def build_spark_session(
         builder = builder.config("spark.jars", ",".join(str(jar) for jar in jars))
     builder = (
         builder
-        .config("spark.sql.warehouse.dir", str(warehouse))
+        .config("spark.sql.warehouse.dir", str(catalog))
+        .config(WAREHOUSE_CONF, location.uri)
         .config("spark.driver.extraJavaOptions", java_options)
         .config("spark.executor.extraJavaOptions", java_options)
         .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
@@ -96,7 +127,8 @@ def build_spark_session(
               "spark.driver.bindAddress": os.environ.get("RMQ_SPARK_DRIVER_BIND", "127.0.0.1")}
     if os.environ.get(DRIVER_MEMORY_ENV):
         driver["spark.driver.memory"] = os.environ[DRIVER_MEMORY_ENV]
-    for key, value in {**BASE_CONF, **driver, **(extra_conf or {})}.items():
+    objects = {} if location.is_local else s3a_conf(os.environ)
+    for key, value in {**BASE_CONF, **objects, **driver, **(extra_conf or {})}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(os.environ.get("RMQ_SPARK_LOG_LEVEL", "WARN"))

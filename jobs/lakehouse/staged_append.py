@@ -27,9 +27,7 @@ directories are not part of a Delta table.
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -39,6 +37,7 @@ from typing import Any
 import pyarrow as pa
 
 from jobs.lakehouse.driver_rows import committed
+from jobs.lakehouse.locations import Location, warehouse_location
 
 STAGING = "_rmq_staging"
 MOVED = "moved.json"
@@ -56,34 +55,41 @@ class StagedLayout:
     compression: str = "ZSTD"
 
 
-def staging_dir(location: str | Path, app_id: str, version: int) -> Path:
-    """The append's own staging directory under the table."""
-    return Path(location) / STAGING / f"{_UNSAFE.sub('_', app_id)}-{version}"
+def _table(location: str | Path | Location) -> Location:
+    return warehouse_location(location, "table")
 
 
-def stage(batches: Iterable[pa.RecordBatch], area: str | Path, layout: StagedLayout
+def staging_dir(location: str | Path | Location, app_id: str, version: int) -> Location:
+    """The append's own staging directory under the table (a local directory or a key
+    prefix in the table's bucket)."""
+    return _table(location) / STAGING / f"{_UNSAFE.sub('_', app_id)}-{version}"
+
+
+def stage(batches: Iterable[pa.RecordBatch], area: str | Location, layout: StagedLayout
           ) -> list[dict[str, Any]]:
     """Write ``batches`` as Parquet files in a new attempt directory under ``area`` and
     return their add actions (``path`` relative to ``area``'s table). No rows: []."""
     from deltalake import write_deltalake
     from deltalake.writer import WriterProperties
 
-    attempt = Path(area) / uuid.uuid4().hex
+    area = _table(area)
+    attempt = area / uuid.uuid4().hex
     reader = pa.RecordBatchReader.from_batches(layout.schema, iter(batches))
     write_deltalake(str(attempt), reader, partition_by=list(layout.partition_by) or None,
                     configuration=dict(layout.configuration) or None,
                     target_file_size=layout.target_file_bytes,
                     writer_properties=WriterProperties(compression=layout.compression))
-    prefix = attempt.relative_to(Path(area).parent.parent).as_posix()
+    prefix = f"{STAGING}/{area.name}/{attempt.name}"
     return [{**add, "path": f"{prefix}/{add['path']}"} for add in logged_adds(attempt)]
 
 
-def logged_adds(table_dir: Path) -> list[dict[str, Any]]:
+def logged_adds(table_dir: Path | Location) -> list[dict[str, Any]]:
     """The add actions in the JSON commits of a scratch table's log (a staging table or a
     merge's converted directory: a commit or two, never checkpointed), as written."""
+    log = _table(table_dir) / "_delta_log"
     adds = []
-    for commit in sorted((table_dir / "_delta_log").glob("*.json")):
-        for line in commit.read_text(encoding="utf-8").splitlines():
+    for commit in sorted(f.relative for f in log.files() if f.relative.endswith(".json")):
+        for line in (log / commit).read_text().splitlines():
             action = json.loads(line)
             if "add" in action:
                 adds.append(action["add"])
@@ -96,35 +102,34 @@ def statistics_settings(configuration: Mapping[str, str | None]) -> dict[str, st
     return {k: v for k, v in configuration.items() if k.startswith("delta.dataSkipping")}
 
 
-def clear_staging(location: str | Path, app_id: str, version: int) -> None:
+def clear_staging(location: str | Path | Location, app_id: str, version: int) -> None:
     """Remove what an earlier attempt of this append left: files it moved into the table
     but never committed (the commit is checked first), then its staging directory."""
-    area = staging_dir(location, app_id, version)
+    table = _table(location)
+    area = staging_dir(table, app_id, version)
     moved = area / MOVED
-    if moved.is_file() and not committed(location, app_id, version):
-        for path in json.loads(moved.read_text(encoding="utf-8")):
-            (Path(location) / path).unlink(missing_ok=True)
-    shutil.rmtree(area, ignore_errors=True)
+    if moved.is_file() and not committed(str(table), app_id, version):
+        for path in json.loads(moved.read_text()):
+            (table / path).delete()
+    area.delete_tree()
 
 
-def commit_staged(location: str | Path, app_id: str, version: int,
+def commit_staged(location: str | Path | Location, app_id: str, version: int,
                   adds: list[dict[str, Any]]) -> bool:
     """Move the staged files of ``adds`` into the table and commit them as the append
     ``(app_id, version)``; False (and nothing moved) when the table has it already."""
     from deltalake import CommitProperties, DeltaTable, Transaction
     from deltalake.transaction import AddAction
 
-    location = Path(location)
+    location = _table(location)
     area = staging_dir(location, app_id, version)
-    if committed(location, app_id, version):
-        shutil.rmtree(area, ignore_errors=True)
+    if committed(str(location), app_id, version):
+        area.delete_tree()
         return False
     final = [_final_path(add["path"]) for add in adds]
-    area.mkdir(parents=True, exist_ok=True)
-    (area / MOVED).write_text(json.dumps(final), encoding="utf-8")
+    (area / MOVED).write_text(json.dumps(final))
     for add, path in zip(adds, final, strict=True):
-        (location / path).parent.mkdir(parents=True, exist_ok=True)
-        os.replace(location / add["path"], location / path)
+        (location / add["path"]).move_to(location / path)
     table = DeltaTable(str(location))
     actions = [AddAction(path, add["size"], add["partitionValues"], add["modificationTime"],
                          True, add.get("stats")) for add, path in zip(adds, final, strict=True)]
@@ -132,7 +137,7 @@ def commit_staged(location: str | Path, app_id: str, version: int,
         actions, mode="append", schema=table.schema(),
         partition_by=list(table.metadata().partition_columns) or None,
         commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)]))
-    shutil.rmtree(area, ignore_errors=True)
+    area.delete_tree()
     return True
 
 

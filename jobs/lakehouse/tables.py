@@ -137,6 +137,16 @@ class Table:
         return f"{DATABASE}.{self.name}"
 
 
+#: The session's warehouse (jobs.lakehouse.spark_session): Spark's own warehouse directory
+#: is local (its catalog's), while the tables may be in a bucket.
+WAREHOUSE_CONF = "spark.rmq.warehouse"
+
+
+def session_warehouse(spark: SparkSession) -> str:
+    """The warehouse a SparkSession was built for."""
+    return spark.conf.get(WAREHOUSE_CONF, None) or spark.conf.get("spark.sql.warehouse.dir")
+
+
 class Registry:
     """All tables of one warehouse, created on first use from their contracts."""
 
@@ -145,7 +155,7 @@ class Registry:
         """``spark`` None: a registry for driver-side reads and writes only (delta-rs),
         e.g. the DAG's alert task, which need not start a JVM; its tables must exist."""
         self.spark = spark
-        root = warehouse or (spark.conf.get("spark.sql.warehouse.dir") if spark else None)
+        root = warehouse or (session_warehouse(spark) if spark else None)
         if root is None:
             raise ValueError("a registry without Spark needs its warehouse")
         self.warehouse = warehouse_location(str(root).removeprefix("file:"), "warehouse").uri

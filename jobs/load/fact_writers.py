@@ -60,11 +60,10 @@ class FactWriter(Protocol):
 
 
 def fact_writer(setting: str, planned_bytes: int, up_to_mib: int, split_bytes: int,
-                spark: Callable[[], SparkSession], warehouse: str = "") -> FactWriter:
+                spark: Callable[[], SparkSession]) -> FactWriter:
     """The writer ``setting`` (auto, local or spark) asks for, for a plan of
-    ``planned_bytes`` into ``warehouse``; ``spark`` starts the session only when Spark is
-    chosen."""
-    if runs_in_process("load", setting, planned_bytes, up_to_mib, warehouse):
+    ``planned_bytes``; ``spark`` starts the session only when Spark is chosen."""
+    if runs_in_process("load", setting, planned_bytes, up_to_mib):
         return InProcessFacts()
     return SparkFacts(spark(), split_bytes)
 

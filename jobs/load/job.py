@@ -51,10 +51,8 @@ from jobs.lakehouse.engine_choice import (
     AUTO,
     ENGINES,
     LOCAL_LOAD_UP_TO_MIB,
-    SPARK,
-    refuse_spark_on,
 )
-from jobs.lakehouse.locations import Location, UnsupportedLocationError
+from jobs.lakehouse.locations import Location
 from jobs.lakehouse.spark_session import SparkOnDemand
 from jobs.lakehouse.tables import Registry
 from jobs.load import rewrites, state_rows
@@ -327,7 +325,7 @@ class SnapshotLoad:
     def choose_fact_writer(self, plan: LoadPlan) -> None:
         self.facts = fact_writer(self.options.engine, plan.planned_bytes(plan.tasks),
                                  self.options.local_up_to_mib, self.options.split_bytes,
-                                 self.spark, self.registry.warehouse)
+                                 self.spark)
 
     def collect_reports(self, tasks: list[Task], context: DecodeContext,
                         result: TableResult) -> list[dict]:
@@ -564,11 +562,6 @@ def load_snapshot(spark: SparkSession | SparkOnDemand, broker: str, snapshot_id:
     store = Path(store).resolve()
     on_demand = spark if isinstance(spark, SparkOnDemand) else SparkOnDemand(lambda: spark)
     registry = ready_registry(on_demand, registry)
-    if options.engine == SPARK:
-        try:
-            refuse_spark_on(registry.warehouse, "the load on Spark")
-        except UnsupportedLocationError as error:
-            raise LoadRefusedError(str(error)) from None
     try:
         load = SnapshotLoad(on_demand, registry, broker, snapshot_id, store, options,
                             progress or (lambda _message: None))
