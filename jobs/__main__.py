@@ -1,7 +1,5 @@
 """``python -m jobs``: see :mod:`jobs.cli`."""
 
-import sys
+from jobs.cli import run_and_exit
 
-from jobs.cli import main
-
-sys.exit(main())
+run_and_exit()

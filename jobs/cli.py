@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from datetime import datetime
@@ -476,5 +477,20 @@ def _tables(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def run_and_exit() -> None:
+    """Run the command and end the process at once, without the interpreter's shutdown:
+    reads still in flight in Arrow's I/O threads (a prefetch nobody waits for) would
+    otherwise ask for the GIL of an exiting interpreter and abort the process, exit 134,
+    after the command's work was done (jobs.lakehouse.driver_rows.arrow_dataset). The
+    output is flushed first; Airflow's task processes end the same way."""
+    import logging
+
+    code = main()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run_and_exit()

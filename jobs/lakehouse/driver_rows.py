@@ -28,6 +28,7 @@ from jobs.lakehouse.locations import Location
 if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.dataset as ds
+    import pyarrow.fs as pa_fs
     from deltalake.writer import WriterProperties
 
     from jobs.lakehouse.contracts import Contract
@@ -80,25 +81,49 @@ def files_predicate(equal: Mapping[str, object]) -> str | None:
 
 
 def arrow_dataset(location: str | Path, files_where: str | None = None) -> ds.Dataset:
-    """The current version of an existing Delta table as a pyarrow dataset, its Parquet
-    files read through Arrow's own local filesystem; ``files_where``: a SQL predicate
-    that leaves out the files whose partition values and statistics in the Delta log
-    cannot satisfy it (no file is opened to decide).
+    """The current version of an existing Delta table as a pyarrow dataset; ``files_where``:
+    a SQL predicate that leaves out the files whose partition values and statistics in the
+    Delta log cannot satisfy it (no file is opened to decide).
 
-    Why not deltalake's default: that reads through a filesystem implemented in Python,
-    so Arrow's pre-buffered reads hold Python buffers. When such a read completes after
-    the interpreter began to exit, Arrow's I/O thread frees the buffer, asks for the GIL,
-    is ended by Python (``pthread_exit``) inside a ``noexcept`` frame, and the whole
-    process aborts: "terminate called without an active exception", exit 134, after
-    the command's work was done (tests/test_driver_rows.py runs a CLI again and again).
+    On a local disk the Parquet files are read through Arrow's own filesystem, not
+    deltalake's default: that one is implemented in Python, so Arrow's pre-buffered reads
+    hold Python buffers. When such a read completes after the interpreter began to exit,
+    Arrow's I/O thread frees the buffer, asks for the GIL, is ended by Python
+    (``pthread_exit``) inside a ``noexcept`` frame, and the whole process aborts:
+    "terminate called without an active exception", exit 134, after the command's work
+    was done (tests/test_driver_rows.py runs a CLI again and again).
+
+    In a bucket they are read through deltalake's (object_store underneath): Arrow's own
+    S3 filesystem gives up on a throttled read (``503 SlowDown``) smaller than the error's
+    body: the AWS SDK writes the body into the read's buffer, overflows it and reports an
+    INTERNAL_FAILURE it does not retry (apache/doris#66557 tells the mechanism), which real
+    S3 under load does to small column chunks. object_store retries it with backoff. The
+    exit hazard above is why ``python -m jobs`` ends with ``os._exit`` (jobs.cli) and why
+    Airflow's task processes are safe (they always end that way).
     """
     from deltalake import DeltaTable
     from pyarrow import fs
 
+    table = DeltaTable(str(location))
+    if not Location(str(location)).is_local:
+        return table.to_pyarrow_dataset(filesystem=object_store_filesystem(table),
+                                         file_pruning_predicate=files_where)
     filesystem, root = Location(str(location)).arrow_filesystem()
     native = fs.SubTreeFileSystem(root, filesystem)
-    return DeltaTable(str(location)).to_pyarrow_dataset(filesystem=native,
-                                                        file_pruning_predicate=files_where)
+    return table.to_pyarrow_dataset(filesystem=native, file_pruning_predicate=files_where)
+
+
+def object_store_filesystem(table: Any) -> pa_fs.FileSystem:
+    """deltalake's own filesystem for ``table`` (object_store, configured from the
+    ``AWS_*`` environment), told the files' sizes from the log so opening one costs no
+    HEAD: what delta-rs uses when given no filesystem, chosen here on purpose."""
+    from deltalake.fs import DeltaStorageHandler
+    from pyarrow import fs
+
+    adds = table.get_add_actions(flatten=True)
+    sizes = dict(zip(adds.column("path").to_pylist(), adds.column("size_bytes").to_pylist(),
+                     strict=True))
+    return fs.PyFileSystem(DeltaStorageHandler(table.table_uri, known_sizes=sizes))
 
 
 def arrow_rows(contract: Contract, rows: Rows) -> pa.Table:

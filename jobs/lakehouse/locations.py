@@ -274,6 +274,20 @@ class Location:
         obstore.put(store, key, local)  # multipart past obstore's chunk size
         local.unlink()
 
+    def get_file(self, local: Path) -> None:
+        """Copy this file to the local path ``local`` (a download, in one GET, from an
+        object store; retried as every obstore request is)."""
+        local.parent.mkdir(parents=True, exist_ok=True)
+        if self.is_local:
+            shutil.copyfile(self.path, local)
+            return
+        import obstore
+
+        store, key = self.store_and_key()
+        with local.open("wb") as out:
+            for chunk in obstore.get(store, key).stream():
+                out.write(chunk)
+
     def move_to(self, target: Location) -> None:
         """Move this file to ``target`` in the same store: a rename on a local disk; a
         server-side copy then a delete in an object store (no byte passes through here).

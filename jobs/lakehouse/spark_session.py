@@ -56,12 +56,17 @@ BASE_CONF: dict[str, str] = {
 }
 
 
-def s3a_conf(environment: Mapping[str, str]) -> dict[str, str]:
+def s3a_conf(environment: Mapping[str, str], master: str | None) -> dict[str, str]:
     """Spark's settings for tables in an S3 bucket, from the ``AWS_*`` variables: S3A for
-    ``s3://`` and ``s3a://``, the endpoint (path-style, as S3-compatible servers need),
-    the region, and the variables again for the executors' own writers (Spark redacts
-    the secret and the token in its UI and logs: ``spark.redaction.regex``). The keys
-    themselves reach S3A by its default provider chain, which reads the environment."""
+    ``s3://`` and ``s3a://``, the endpoint (path-style, as S3-compatible servers need) and
+    the region; S3A's default credential chain reads the keys from the environment.
+
+    Executors of a cluster (``master`` not ``local``) run in the workers' environment, yet
+    their tasks write the night's files: they get the variables as ``spark.executorEnv.*``.
+    Spark redacts the secret and the token in its UI and event log, but pyspark starts
+    its driver JVM with every setting on the command line, where other users of the host
+    can read them (docs/object-storage.md: give workers an instance role instead). Local
+    executors inherit the environment and get nothing."""
     endpoint = environment.get("AWS_ENDPOINT_URL", "")
     conf = {
         "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
@@ -75,9 +80,10 @@ def s3a_conf(environment: Mapping[str, str]) -> dict[str, str]:
                      "spark.hadoop.fs.s3a.path.style.access": "true",
                      "spark.hadoop.fs.s3a.connection.ssl.enabled":
                          str(endpoint.startswith("https://")).lower()})
-    for name in AWS_VARIABLES:
-        if environment.get(name):
-            conf[f"spark.executorEnv.{name}"] = environment[name]
+    if master is None or not master.startswith("local"):
+        for name in AWS_VARIABLES:
+            if environment.get(name):
+                conf[f"spark.executorEnv.{name}"] = environment[name]
     return conf
 
 
@@ -127,7 +133,7 @@ def build_spark_session(
               "spark.driver.bindAddress": os.environ.get("RMQ_SPARK_DRIVER_BIND", "127.0.0.1")}
     if os.environ.get(DRIVER_MEMORY_ENV):
         driver["spark.driver.memory"] = os.environ[DRIVER_MEMORY_ENV]
-    objects = {} if location.is_local else s3a_conf(os.environ)
+    objects = {} if location.is_local else s3a_conf(os.environ, master)
     for key, value in {**BASE_CONF, **objects, **driver, **(extra_conf or {})}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()

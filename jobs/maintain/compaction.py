@@ -35,6 +35,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import shutil
+import tempfile
 import time
 import uuid
 from collections import Counter
@@ -144,6 +145,19 @@ def clear_scratch(location: str | Path, scope: str) -> None:
             shutil.rmtree(leftover, ignore_errors=True)
 
 
+def _readable(location: Location, group: Sequence[DataFile], inputs: Path) -> list[str]:
+    """Local paths of ``group``'s files: where they are on a local disk; downloaded whole
+    into ``inputs`` from a bucket (the files a compaction merges are small: one GET each,
+    retried with backoff by obstore, where Arrow's own S3 reads of their small column
+    chunks give up on a throttled request: jobs.lakehouse.driver_rows)."""
+    if location.is_local:
+        return [str(location.path / f.path) for f in group]
+    local = [inputs / f"{index}.parquet" for index in range(len(group))]
+    for file, path in zip(group, local, strict=True):
+        (location / file.path).get_file(path)
+    return [str(path) for path in local]
+
+
 def merge_files(table: Any, location: str | Path, group: Sequence[DataFile], scope: str,
                 target_file_bytes: int, parquet_options: Mapping[str, Any] | None = None,
                 before_commit: Callable[[], None] | None = None) -> int:
@@ -159,12 +173,11 @@ def merge_files(table: Any, location: str | Path, group: Sequence[DataFile], sco
     partition_columns = list(table.metadata().partition_columns)
     schema = pa.schema(table.schema().to_arrow())
     data_schema = pa.schema([f for f in schema if f.name not in partition_columns])
-    filesystem, root = location.arrow_filesystem()
-    rows = ds.dataset([f"{root}/{f.path}" for f in group], schema=data_schema,
-                      filesystem=filesystem, format="parquet").scanner(
-                          use_threads=False).to_reader()
     scratch = location.scratch_directory(f"{SCRATCH_PREFIX}{scope}-{uuid.uuid4().hex}")
+    inputs = Path(tempfile.mkdtemp(prefix="rmq-merge-inputs-"))
     try:
+        rows = ds.dataset(_readable(location, group, inputs), schema=data_schema,
+                          format="parquet").scanner(use_threads=False).to_reader()
         _write_in_order(rows, scratch, target_file_bytes,
                         {**DEFAULT_PARQUET_OPTIONS, **(parquet_options or {})})
         written = _statistics_of(scratch, _statistics_settings(table))
@@ -190,6 +203,7 @@ def merge_files(table: Any, location: str | Path, group: Sequence[DataFile], sco
             raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(inputs, ignore_errors=True)
     return len(written)
 
 
