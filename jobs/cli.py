@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Sequence
 from datetime import datetime
@@ -34,6 +35,7 @@ from jobs.lakehouse.engine_choice import ENGINES, LOCAL_CHECKS_UP_TO_MIB, LOCAL_
 from jobs.lakehouse.locations import Location
 
 EXIT_OK, EXIT_ALERT, EXIT_USAGE, EXIT_REFUSED, EXIT_INTERNAL = 0, 1, 2, 3, 4
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -298,7 +300,7 @@ def _internal_error(error: BaseException) -> int:
     if isinstance(error, UnsupportedLocationError):
         print(f"error: {error}", file=sys.stderr)
         return EXIT_REFUSED
-    print(f"internal error: {type(error).__name__}: {_first_line(error)}", file=sys.stderr)
+    print(f"internal error: {type(error).__name__}: {_one_line(error)}", file=sys.stderr)
     return EXIT_INTERNAL
 
 
@@ -319,9 +321,15 @@ def _warehouse_option(args: argparse.Namespace) -> Path | Location | None:
         else None
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else ""
+def _one_line(error: BaseException) -> str:
+    """The error's message on one line. delta-rs and object_store put the cause on the
+    lines after a generic first one ("Generic S3 error" / "↳ Error performing PUT <url>
+    ... error sending request"): those lines are kept, joined, without their glyphs and
+    terminal colours."""
+    lines = [_ANSI.sub("", line).strip().lstrip("↳").strip()
+             for line in str(error).strip().splitlines()]
+    text = ": ".join(line for line in lines if line)
+    return text if len(text) <= 600 else text[:597] + "..."
 
 
 def _check_store(store: Path) -> None:

@@ -1,4 +1,4 @@
-"""A throttling proxy in front of the local S3 server: some requests get ``503 SlowDown``.
+"""A faulty network in front of the local S3 server: throttling and outages on cue.
 
 Real S3 answers a prefix that is written too fast with ``503 SlowDown`` and expects the
 client to back off and retry; every client here is configured to (delta-rs' and obstore's
@@ -12,6 +12,12 @@ Which requests are throttled is decided by a seeded random generator (``rate``),
 run is reproducible in the number of requests it throttles, if not in which (clients run
 requests concurrently).
 
+An outage arrives on cue: the first request whose request line matches ``down_at`` (say,
+the PUT of a table's next commit) finds the store gone, and so does every request after
+it (the connection is closed unanswered, as a store that died would leave it) until the
+test brings the store back (:meth:`Proxy.restore`). The outage is a file the proxy makes
+and the test removes, so it is seen alike by the proxy and the test.
+
 The proxy runs as a process of its own: in the clients' process it would need their GIL
 to answer, and delta-rs holds the GIL through some of its requests (``is_deltatable``),
 so the two would wait for each other for ever.
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import signal
 import socket
 import socketserver
@@ -42,13 +49,29 @@ NO_BODY_STATUSES = (204, 304)
 
 @dataclass
 class Throttle:
-    """What the proxy did: requests passed on and requests answered with SlowDown."""
+    """What the proxy did: requests passed on, answered with SlowDown, or dropped."""
 
     rate: float
     seed: int = 0
     forwarded: int = 0
     throttled: int = 0
+    dropped: int = 0
+    down_at: re.Pattern[bytes] | None = None
+    outage: Path | None = None  # exists while the store is "down"
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def is_down(self, request_line: bytes) -> bool:
+        """Whether the store is away for this request (and count it if so); the first
+        request matching ``down_at`` takes it away."""
+        with self.lock:
+            if self.down_at is not None and self.down_at.search(request_line):
+                self.down_at = None  # once
+                assert self.outage is not None
+                self.outage.touch()
+            if self.outage is not None and self.outage.exists():
+                self.dropped += 1
+                return True
+            return False
 
     def __post_init__(self) -> None:
         self._random = random.Random(self.seed)
@@ -130,6 +153,8 @@ class _Handler(socketserver.BaseRequestHandler):
         upstream: _Connection | None = None
         try:
             while (head := client.read_until(b"\r\n\r\n")) is not None:
+                if self.server.throttle.is_down(head.split(b"\r\n", 1)[0]):
+                    return  # closed unanswered
                 waits = _headers(head).get("expect", "").lower() == "100-continue"
                 if self.server.throttle.decide():
                     if not waits:  # one waiting for "100 Continue" sends none: answer, close
@@ -188,36 +213,67 @@ class _ProxyServer(socketserver.ThreadingTCPServer):
         self.upstream_port, self.throttle = upstream_port, throttle
 
 
+@dataclass
+class Proxy:
+    """A running proxy: its endpoint, and (once it has ended) its counts."""
+
+    endpoint: str
+    outage: Path
+    counts: Throttle
+
+    def restore(self) -> None:
+        """Bring the store back after an outage."""
+        self.outage.unlink(missing_ok=True)
+
+    @property
+    def is_down(self) -> bool:
+        return self.outage.exists()
+
+
 @contextmanager
-def throttling_proxy(upstream_port: int, rate: float, counts: Path, seed: int = 0
-                     ) -> Iterator[tuple[str, Throttle]]:
+def faulty_proxy(upstream_port: int, work: Path, rate: float = 0.0, seed: int = 0,
+                 down_at: str | None = None) -> Iterator[Proxy]:
     """A proxy process on a free loopback port in front of ``upstream_port``, answering a
-    share ``rate`` of requests with SlowDown; yields its endpoint and, once the block has
-    ended, its counts (kept in the file ``counts``)."""
+    share ``rate`` of requests with SlowDown and taking the store away at the first
+    request matching ``down_at``; its files (counts, the outage flag) go in ``work``."""
     port = free_port()
+    counts, outage = work / f"proxy-{port}.json", work / f"proxy-{port}.down"
     process = subprocess.Popen([sys.executable, __file__, str(port), str(upstream_port),
-                                str(rate), str(seed), str(counts)])
-    throttle = Throttle(rate, seed)
+                                str(rate), str(seed), str(counts), str(outage),
+                                down_at or ""])
+    proxy = Proxy(f"http://127.0.0.1:{port}", outage, Throttle(rate, seed))
     try:
         wait_for_port(port, process, 15)
-        yield f"http://127.0.0.1:{port}", throttle
+        yield proxy
     finally:
         process.terminate()
         process.wait(timeout=15)
+        outage.unlink(missing_ok=True)
     done = json.loads(counts.read_text())
-    throttle.forwarded, throttle.throttled = done["forwarded"], done["throttled"]
+    proxy.counts.forwarded, proxy.counts.throttled, proxy.counts.dropped = (
+        done["forwarded"], done["throttled"], done["dropped"])
+
+
+@contextmanager
+def throttling_proxy(upstream_port: int, rate: float, work: Path, seed: int = 0
+                     ) -> Iterator[tuple[str, Throttle]]:
+    """:func:`faulty_proxy` that only throttles: yields its endpoint and its counts."""
+    with faulty_proxy(upstream_port, work, rate, seed) as proxy:
+        yield proxy.endpoint, proxy.counts
 
 
 def main() -> None:
-    """``python tests/s3_throttle.py PORT UPSTREAM_PORT RATE SEED COUNTS``: serve until
-    SIGTERM, then write the counts to the file COUNTS."""
-    port, upstream, rate, seed, counts = sys.argv[1:]
-    throttle = Throttle(float(rate), int(seed))
+    """``python tests/s3_throttle.py PORT UPSTREAM_PORT RATE SEED COUNTS OUTAGE DOWN_AT``:
+    serve until SIGTERM, then write the counts to the file COUNTS."""
+    port, upstream, rate, seed, counts, outage, down_at = sys.argv[1:]
+    throttle = Throttle(float(rate), int(seed), outage=Path(outage),
+                        down_at=re.compile(down_at.encode()) if down_at else None)
     server = _ProxyServer(int(port), int(upstream), throttle)
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
     server.serve_forever()
     Path(counts).write_text(json.dumps({"forwarded": throttle.forwarded,
-                                        "throttled": throttle.throttled}))
+                                        "throttled": throttle.throttled,
+                                        "dropped": throttle.dropped}))
 
 
 if __name__ == "__main__":

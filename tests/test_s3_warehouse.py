@@ -17,9 +17,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from deltalake import DeltaTable
 from lakehouse import delta_rows, warehouse_content
 from s3_server import serving_bucket
-from s3_throttle import throttling_proxy
+from s3_throttle import faulty_proxy, throttling_proxy
 
 from jobs.check_job import check_snapshot
 from jobs.lakehouse import tables as T
@@ -147,13 +148,13 @@ def test_a_night_on_spark_and_one_throttled_in_process_equal_the_night_on_disk(
 
     script = tmp_path / "spark_night.py"
     script.write_text(SPARK_NIGHT)
-    with throttling_proxy(s3.port, 0.03, tmp_path / "spark.json", seed=7) as (endpoint, spark):
+    with throttling_proxy(s3.port, 0.03, tmp_path, seed=7) as (endpoint, spark):
         night = subprocess.run(
             [sys.executable, str(script), "s3://lake/spark", "b1", "n1", str(store),
              str(tmp_path / "checks")], capture_output=True, text=True, timeout=900,
             env={**os.environ, "PYTHONPATH": str(REPO), "AWS_ENDPOINT_URL": endpoint})
     assert night.returncode == 0, night.stdout[-2000:] + night.stderr[-4000:]
-    with (throttling_proxy(s3.port, 0.1, tmp_path / "local.json", seed=2) as (endpoint, local_),
+    with (throttling_proxy(s3.port, 0.1, tmp_path, seed=2) as (endpoint, local_),
           monkeypatch.context() as patched):
         patched.setenv("AWS_ENDPOINT_URL", endpoint)
         load_snapshot(SparkOnDemand(_no_spark), "b1", "n1", store,  # type: ignore[arg-type]
@@ -261,3 +262,59 @@ def test_a_load_the_store_went_away_under_fails_and_its_rerun_finishes_the_night
         if name not in T.AUDIT_LOGS:
             assert delta_rows(table_location(bucket, name)) == \
                 delta_rows(table_location(local, name)), name
+
+
+OUTAGES = (  # (step, the request that finds the store gone: a commit of the step's own)
+    ("load", r"^PUT /lake/faults/rmq\.db/queue_entries/_delta_log/\d+\.json "),
+    ("check", r"^PUT /lake/faults/rmq\.db/check_results/_delta_log/\d+\.json "),
+    ("maintain", r"^PUT /lake/faults/rmq\.db/[a-z_]+/_delta_log/\d+\.json "),
+)
+
+
+def test_the_store_going_away_at_each_steps_commit_fails_it_in_one_line_and_the_rerun_heals(
+        s3, broker_stores, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The store goes away at the moment a step commits (tests/s3_throttle.py drops every
+    request from the commit's PUT on): the load at its queue entries, the check at its
+    results, the maintenance at its first merge. Each fails with one error line on
+    stderr (exit 4), no commit of it is visible, and once the store is back and the failed
+    step's lease has expired, its re-run gives the tables of an undisturbed night. The
+    one line names the request that failed."""
+    import time
+
+    monkeypatch.setenv("RMQ_LEASE_SECONDS", str(LEASE_SECONDS))
+    store, local, bucket = broker_stores["v5-clean"] / "store", tmp_path / "disk", "s3://lake/faults"
+    load_snapshot(SparkOnDemand(_no_spark), "b1", "s1", store, LoadOptions(),  # type: ignore[arg-type]
+                  registry=Registry(None, local))
+    check_snapshot(_no_spark, local, "b1", "s1", output=tmp_path / "disk-checks")  # type: ignore[arg-type]
+    maintain_tables(local, "b1")
+    Registry(None, bucket).ensure(names=False)  # the tables exist before the first outage
+    work = tmp_path / "cwd"
+    work.mkdir()
+    steps = {"load": ["load", "--broker", "b1", "--snapshot-id", "s1", str(store)],
+             "check": ["check", "--broker", "b1", "--snapshot-id", "s1",
+                       "--output", str(tmp_path / "checks")],
+             "maintain": ["maintain", "--broker", "b1"]}
+    for step, down_at in OUTAGES:
+        versions = {name: DeltaTable(table_location(bucket, name)).version()
+                    for name in T.TABLES}
+        with faulty_proxy(s3.port, tmp_path, down_at=down_at) as proxy, \
+                monkeypatch.context() as patched:
+            patched.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+            failed = run_jobs(work, "--warehouse", bucket, *steps[step])
+            assert proxy.is_down, (step, failed.stderr)
+            assert failed.returncode == 4, (step, failed.stdout, failed.stderr)
+            last = failed.stderr.strip().splitlines()[-1]  # after the progress lines
+            assert "Traceback" not in failed.stderr, failed.stderr
+            assert last.startswith("internal error: ") and "_delta_log" in last, last
+            proxy.restore()
+            unchanged = [name for name, version in versions.items() if name in (
+                T.QUEUE_ENTRIES, T.CHECK_RESULTS) and
+                DeltaTable(table_location(bucket, name)).version() != version]
+            assert unchanged == [], step  # the failed commit is not there
+            time.sleep(LEASE_SECONDS * 1.5)  # the failed step's lease expires
+            healed = run_jobs(work, "--warehouse", bucket, *steps[step])
+            assert healed.returncode == 0, (step, healed.stderr)
+        assert proxy.counts.dropped > 0
+    on_s3 = warehouse_content(bucket)
+    for name, rows in warehouse_content(local).items():
+        assert on_s3[name] == rows, name
