@@ -4,9 +4,10 @@ leases for the locks).
 
 A fleet's nights on the bucket, four brokers loading, checking and maintaining at once in
 processes of their own, must give the very tables the same nights give on local disk one
-broker after another (read with delta-rs); so must a night loaded and checked on Spark.
-The CLI must work on the bucket, refuse Spark's own Delta writer there in one line, and
-never create a local directory named after the URI.
+broker after another (read with delta-rs). The CLI must work on the bucket, refuse Spark's
+own Delta writer there in one line, and never create a local directory named after the
+URI. A store that goes away under a step fails it in one line, and its re-run heals the
+night. (A night on Spark, and one throttled: tests/test_s3_spark.py.)
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pytest
 from deltalake import DeltaTable
 from lakehouse import delta_rows, warehouse_content
 from s3_server import serving_bucket
-from s3_throttle import faulty_proxy, throttling_proxy
+from s3_throttle import faulty_proxy
 
 from jobs.check_job import check_snapshot
 from jobs.lakehouse import tables as T
@@ -102,73 +103,6 @@ def test_four_brokers_at_once_on_s3_equal_one_after_another_on_local_disk(
     # Nothing of the loads is left in the bucket but the tables: no lease, no task report.
     left = {f.relative.split("/")[0] for f in Location("s3://lake/fleet").files()}
     assert left == {"rmq.db"}
-
-
-SPARK_NIGHT = """
-import sys
-from jobs.check_job import check_snapshot
-from jobs.lakehouse.spark_session import SparkOnDemand, build_spark_session
-from jobs.lakehouse.tables import Registry
-from jobs.load.job import LoadOptions, load_snapshot
-from jobs.maintain.maintenance import maintain_tables
-
-warehouse, broker, snapshot_id, store, checks = sys.argv[1:]
-spark = build_spark_session("rmq-s3-test", warehouse=warehouse)
-registry = Registry(spark, warehouse)
-load_snapshot(SparkOnDemand(lambda: spark), broker, snapshot_id, store,
-              LoadOptions(engine="spark"), registry=registry)
-check_snapshot(lambda: registry.ensure(), warehouse, broker, snapshot_id, engine="spark",
-               output=__import__("pathlib").Path(checks))
-spark.stop()
-maintain_tables(warehouse, broker)
-"""
-
-
-@pytest.mark.spark
-def test_a_night_on_spark_and_one_throttled_in_process_equal_the_night_on_disk(
-        s3, broker_stores, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """One broker's night three ways, each compared with the in-process engines on a
-    local disk:
-
-    - on Spark into a bucket: the executors write the night's files there, the driver
-      commits through delta-rs, the check reads over S3A; 3 requests in 100 answered
-      ``503 SlowDown`` (tests/s3_throttle.py);
-    - in process into a bucket, 1 request in 10 answered ``503 SlowDown``: Arrow's own S3
-      reads gave up on throttled small reads, so tables in a bucket are read through
-      object_store (jobs.lakehouse.driver_rows.arrow_dataset);
-    - both maintained there (compaction, VACUUM), and nothing but the tables left behind.
-    """
-    local, store = tmp_path / "local", broker_stores["v5-clean"] / "store"
-    load_snapshot(SparkOnDemand(_no_spark), "b1", "n1", store,  # type: ignore[arg-type]
-                  LoadOptions(engine="local"), registry=Registry(None, local))
-    check_snapshot(_no_spark, local, "b1", "n1", engine="local")  # type: ignore[arg-type]
-    maintain_tables(local, "b1")
-    on_disk = warehouse_content(local)
-    assert on_disk[T.MESSAGES] and on_disk[T.CONSUMER_LAG]
-
-    script = tmp_path / "spark_night.py"
-    script.write_text(SPARK_NIGHT)
-    with throttling_proxy(s3.port, 0.03, tmp_path, seed=7) as (endpoint, spark):
-        night = subprocess.run(
-            [sys.executable, str(script), "s3://lake/spark", "b1", "n1", str(store),
-             str(tmp_path / "checks")], capture_output=True, text=True, timeout=900,
-            env={**os.environ, "PYTHONPATH": str(REPO), "AWS_ENDPOINT_URL": endpoint})
-    assert night.returncode == 0, night.stdout[-2000:] + night.stderr[-4000:]
-    with (throttling_proxy(s3.port, 0.1, tmp_path, seed=2) as (endpoint, local_),
-          monkeypatch.context() as patched):
-        patched.setenv("AWS_ENDPOINT_URL", endpoint)
-        load_snapshot(SparkOnDemand(_no_spark), "b1", "n1", store,  # type: ignore[arg-type]
-                      LoadOptions(engine="local"), registry=Registry(None, "s3://lake/t"))
-        check_snapshot(_no_spark, "s3://lake/t", "b1", "n1",  # type: ignore[arg-type]
-                       engine="local", output=tmp_path / "checks-t")
-        maintain_tables("s3://lake/t", "b1")
-    for throttled in (spark, local_):
-        assert throttled.throttled > 10, throttled
-    for bucket in ("s3://lake/spark", "s3://lake/t"):
-        on_s3 = warehouse_content(bucket)
-        for name, rows in on_disk.items():
-            assert on_s3[name] == rows, (bucket, name)
-        assert {f.relative.split("/")[0] for f in Location(bucket).files()} == {"rmq.db"}
 
 
 def run_jobs(cwd: Path, *args: str) -> subprocess.CompletedProcess:
@@ -264,8 +198,9 @@ def test_a_load_the_store_went_away_under_fails_and_its_rerun_finishes_the_night
                 delta_rows(table_location(local, name)), name
 
 
-OUTAGES = (  # (step, the request that finds the store gone: a commit of the step's own)
-    ("load", r"^PUT /lake/faults/rmq\.db/queue_entries/_delta_log/\d+\.json "),
+# (step, the request that finds the store gone: a commit of the step's own). The load's
+# outage is the server stopped under it (the test above).
+OUTAGES = (
     ("check", r"^PUT /lake/faults/rmq\.db/check_results/_delta_log/\d+\.json "),
     ("maintain", r"^PUT /lake/faults/rmq\.db/[a-z_]+/_delta_log/\d+\.json "),
 )
@@ -274,8 +209,8 @@ OUTAGES = (  # (step, the request that finds the store gone: a commit of the ste
 def test_the_store_going_away_at_each_steps_commit_fails_it_in_one_line_and_the_rerun_heals(
         s3, broker_stores, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """The store goes away at the moment a step commits (tests/s3_throttle.py drops every
-    request from the commit's PUT on): the load at its queue entries, the check at its
-    results, the maintenance at its first merge. Each fails with one error line on
+    request from the commit's PUT on): the check at its results, the maintenance at its
+    first merge. Each fails with one error line on
     stderr (exit 4), no commit of it is visible, and once the store is back and the failed
     step's lease has expired, its re-run gives the tables of an undisturbed night. The
     one line names the request that failed."""
@@ -287,11 +222,12 @@ def test_the_store_going_away_at_each_steps_commit_fails_it_in_one_line_and_the_
                   registry=Registry(None, local))
     check_snapshot(_no_spark, local, "b1", "s1", output=tmp_path / "disk-checks")  # type: ignore[arg-type]
     maintain_tables(local, "b1")
-    Registry(None, bucket).ensure(names=False)  # the tables exist before the first outage
     work = tmp_path / "cwd"
     work.mkdir()
-    steps = {"load": ["load", "--broker", "b1", "--snapshot-id", "s1", str(store)],
-             "check": ["check", "--broker", "b1", "--snapshot-id", "s1",
+    loaded = run_jobs(work, "--warehouse", bucket, "load", "--broker", "b1", "--snapshot-id",
+                      "s1", str(store))
+    assert loaded.returncode == 0, loaded.stderr
+    steps = {"check": ["check", "--broker", "b1", "--snapshot-id", "s1",
                        "--output", str(tmp_path / "checks")],
              "maintain": ["maintain", "--broker", "b1"]}
     for step, down_at in OUTAGES:
@@ -307,10 +243,9 @@ def test_the_store_going_away_at_each_steps_commit_fails_it_in_one_line_and_the_
             assert "Traceback" not in failed.stderr, failed.stderr
             assert last.startswith("internal error: ") and "_delta_log" in last, last
             proxy.restore()
-            unchanged = [name for name, version in versions.items() if name in (
-                T.QUEUE_ENTRIES, T.CHECK_RESULTS) and
-                DeltaTable(table_location(bucket, name)).version() != version]
-            assert unchanged == [], step  # the failed commit is not there
+            changed = [name for name, version in versions.items() if name == T.CHECK_RESULTS
+                       and DeltaTable(table_location(bucket, name)).version() != version]
+            assert changed == [], step  # the failed commit is not there
             time.sleep(LEASE_SECONDS * 1.5)  # the failed step's lease expires
             healed = run_jobs(work, "--warehouse", bucket, *steps[step])
             assert healed.returncode == 0, (step, healed.stderr)
