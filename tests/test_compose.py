@@ -15,13 +15,17 @@ import importlib.util
 import json
 import os
 import re
+import shlex
+import socket
 import subprocess
 import sys
+import time
 import tomllib
 from functools import cache
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import pytest
 import yaml
@@ -31,6 +35,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = REPO_ROOT / "docker-compose.yml"
 ENV_EXAMPLE = REPO_ROOT / ".env.example"
 DOCKERFILE = REPO_ROOT / "docker" / "Dockerfile"
+S3_DOCKERFILE = REPO_ROOT / "docker" / "s3.Dockerfile"
 BROKER_CONF = REPO_ROOT / "docker" / "broker.conf"
 PIPELINE_CONFIG = REPO_ROOT / "config" / "pipeline.compose.yaml"
 
@@ -38,11 +43,21 @@ AIRFLOW_LONG_RUNNING = ("airflow-apiserver", "airflow-scheduler", "airflow-dag-p
                         "airflow-triggerer")
 AIRFLOW_SERVICES = ("airflow-init", *AIRFLOW_LONG_RUNNING)
 SERVICES = {
-    "postgres", *AIRFLOW_SERVICES, "spark-master", "spark-worker", "sql-server",
+    "postgres", *AIRFLOW_SERVICES, "spark-master", "spark-worker", "sql-server", "s3",
     "rocketmq-namesrv", "rocketmq-store-init", "rocketmq-broker",
 }
-# Services that mount the live broker store and the shared snapshot / warehouse volumes.
+# Services that mount the live broker store and the shared snapshot volume.
 PIPELINE_SERVICES = (*AIRFLOW_SERVICES, "spark-worker")
+PROJECT_SERVICES = {*AIRFLOW_SERVICES, "spark-master", "spark-worker", "sql-server"}
+# The warehouse is a bucket of the S3 server (service s3, versitygw); these services reach
+# it through the AWS_* variables. The Spark services get none: executors of a cluster get
+# them from their driver (spark.executorEnv), the master never touches a table.
+S3_SERVICE = "s3"
+S3_VOLUME = "rmq-s3"
+WAREHOUSE = "s3://rmq/warehouse"
+S3_CLIENTS = (*AIRFLOW_SERVICES, "sql-server")
+AWS_VARIABLES = {"AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION",
+                 "AWS_ALLOW_HTTP"}
 STORE_VOLUME = "broker-a-store"
 STORE_WRITERS = {"rocketmq-broker", "rocketmq-store-init"}
 PROJECT_IMAGE = "rmq-lakehouse"
@@ -60,9 +75,14 @@ SECRETS = {
                                      for s in AIRFLOW_SERVICES],
     "AIRFLOW_CONN_RMQ_ALERTS_WEBHOOK": [(s, "AIRFLOW_CONN_RMQ_ALERTS_WEBHOOK")
                                         for s in AIRFLOW_SERVICES],
+    "S3_ACCESS_KEY": [(S3_SERVICE, "ROOT_ACCESS_KEY_ID"),
+                      *[(s, "AWS_ACCESS_KEY_ID") for s in S3_CLIENTS]],
+    "S3_SECRET_KEY": [(S3_SERVICE, "ROOT_SECRET_ACCESS_KEY"),
+                      *[(s, "AWS_SECRET_ACCESS_KEY") for s in S3_CLIENTS]],
 }
 # Environment keys that carry a secret: their raw value must be a ${VAR:?...} reference.
-SECRET_KEY = re.compile(r"PASSWORD$|SECRET|FERNET|TOKEN|SQL_ALCHEMY_CONN|^AIRFLOW_CONN_RMQ_ALERTS_")
+SECRET_KEY = re.compile(
+    r"PASSWORD$|SECRET|FERNET|TOKEN|ACCESS_KEY|SQL_ALCHEMY_CONN|^AIRFLOW_CONN_RMQ_ALERTS_")
 
 
 def compose_binary() -> Path:
@@ -111,6 +131,35 @@ def mounts(name: str, source: str | None = None) -> list[dict[str, Any]]:
     return [m for m in found if source is None or m.get("source") == source]
 
 
+def versitygw_version() -> str:
+    """The release the Makefile builds (``make s3``) and the tests run, e.g. ``v1.8.0``."""
+    found = re.search(r"^VERSITYGW_VERSION\s*:=\s*(\S+)", (REPO_ROOT / "Makefile").read_text(),
+                      re.MULTILINE)
+    assert found
+    return found.group(1)
+
+
+def s3_script() -> str:
+    """The s3 service's shell script as the container runs it (``config`` writes ``$`` as
+    ``$$``, the way the file itself must)."""
+    command = service(S3_SERVICE)["command"]
+    assert command[:2] == ["bash", "-c"]
+    return command[2].replace("$$", "$")
+
+
+def s3_server_flags() -> dict[str, str]:
+    """versitygw's global options (``--name value``) in the service's ``exec`` line."""
+    (line,) = [line for line in s3_script().splitlines() if line.startswith("exec versitygw ")]
+    words = shlex.split(line)[2:]
+    flags = {}
+    while words and words[0].startswith("--"):
+        name = words.pop(0)[2:]
+        flags[name] = "" if name == "quiet" else words.pop(0)
+    assert words[0] == "posix", line
+    flags["posix"] = words[1]
+    return flags
+
+
 def test_exact_set_of_services() -> None:
     assert set(rendered()["services"]) == SERVICES
 
@@ -128,11 +177,33 @@ def test_every_image_is_pinned_to_an_exact_version() -> None:
 def test_project_image_is_built_from_the_dockerfile_at_the_project_version() -> None:
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
     built = {name for name, spec in rendered()["services"].items() if "build" in spec}
-    assert built == {*AIRFLOW_SERVICES, "spark-master", "spark-worker", "sql-server"}
-    for name in built:
+    assert built == {*PROJECT_SERVICES, S3_SERVICE}
+    for name in PROJECT_SERVICES:
         assert service(name)["image"] == f"{PROJECT_IMAGE}:{project['version']}"
         assert Path(service(name)["build"]["context"]) == REPO_ROOT
         assert service(name)["build"]["dockerfile"] == "docker/Dockerfile"
+
+
+def test_s3_image_is_the_tests_versitygw_built_from_the_go_module_proxy() -> None:
+    """The s3 service runs the versitygw release of the Makefile and tests/s3_server.py,
+    built by `go install` in a pinned Go image (no binary downloaded) onto a pinned base."""
+    release = versitygw_version()
+    assert f'VERSITYGW_VERSION = "{release}"' in (REPO_ROOT / "tests" / "s3_server.py").read_text()
+    s3 = service(S3_SERVICE)
+    assert s3["image"] == f"rmq-lakehouse-versitygw:{release.removeprefix('v')}"
+    assert Path(s3["build"]["context"]) == S3_DOCKERFILE.parent
+    assert s3["build"]["dockerfile"] == S3_DOCKERFILE.name
+    text = S3_DOCKERFILE.read_text()
+    assert f"ARG VERSITYGW_VERSION={release}\n" in text
+    assert "go install" in text and "CGO_ENABLED=0" in text
+    assert "github.com/versity/versitygw/cmd/versitygw@${VERSITYGW_VERSION}" in text
+    bases = re.findall(r"^FROM\s+(\S+)", text, re.MULTILINE)
+    assert len(bases) == 2 and bases[0].startswith("golang:"), bases
+    for base in bases:
+        tag = base.rpartition(":")[2]
+        assert re.fullmatch(r"\d+(\.\d+)+(-[\w.]+)?", tag), f"{base} is not an exact version"
+    assert not re.search(r"(?im)^\s*(ADD|RUN)\b.*\b(curl|wget|https?://)", text), (
+        "the s3 image downloads something: build it from the Go module proxy")
 
 
 def test_dockerfile_base_is_the_installed_airflow_on_python_311() -> None:
@@ -168,13 +239,15 @@ def test_broker_store_is_read_only_everywhere_but_the_broker() -> None:
     assert STORE_VOLUME in rendered()["volumes"]
 
 
-def test_snapshots_and_warehouse_are_shared_writable_volumes() -> None:
+def test_snapshots_are_a_shared_writable_volume_and_the_warehouse_is_none() -> None:
     for name in PIPELINE_SERVICES:
-        for volume, target in (("rmq-snapshots", "/opt/rmq/snapshots"),
-                               ("rmq-warehouse", "/opt/rmq/warehouse")):
-            (mount,) = mounts(name, volume)
-            assert mount["type"] == "volume" and mount["target"] == target
-            assert not mount.get("read_only"), f"{name} cannot write {volume}"
+        (mount,) = mounts(name, "rmq-snapshots")
+        assert mount["type"] == "volume" and mount["target"] == "/opt/rmq/snapshots"
+        assert not mount.get("read_only"), f"{name} cannot write rmq-snapshots"
+    # The tables are in the bucket: no service mounts a warehouse directory any more.
+    assert "rmq-warehouse" not in rendered()["volumes"]
+    for name in rendered()["services"]:
+        assert all(m["target"] != "/opt/rmq/warehouse" for m in mounts(name)), name
 
 
 def test_postgres_has_a_healthcheck_and_a_named_volume() -> None:
@@ -189,6 +262,7 @@ def test_airflow_services_wait_for_postgres_and_airflow_init() -> None:
         depends = service(name)["depends_on"]
         assert depends["postgres"]["condition"] == "service_healthy", name
         assert depends["airflow-init"]["condition"] == "service_completed_successfully", name
+        assert depends[S3_SERVICE]["condition"] == "service_healthy", name
     assert service("airflow-init")["depends_on"] == {
         "postgres": {"condition": "service_healthy", "required": True}}
     assert service("airflow-init")["restart"] == "no"
@@ -289,7 +363,8 @@ def test_compose_file_holds_no_secret_values() -> None:
     assert {"POSTGRES_PASSWORD", "AIRFLOW__CORE__FERNET_KEY", "AIRFLOW__API_AUTH__JWT_SECRET",
             "AIRFLOW__API__SECRET_KEY", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
             "RMQ_ADMIN_PASSWORD", "AIRFLOW_CONN_RMQ_ALERTS_SMTP",
-            "AIRFLOW_CONN_RMQ_ALERTS_WEBHOOK"} <= checked
+            "AIRFLOW_CONN_RMQ_ALERTS_WEBHOOK", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+            "ROOT_ACCESS_KEY_ID", "ROOT_SECRET_ACCESS_KEY"} <= checked
     for variable in SECRETS:
         assert env_example()[variable] not in text, f"{variable}'s value is in the compose file"
         assert re.search(rf"\$\{{{variable}:\?", text), f"{variable} is not required (:?)"
@@ -327,8 +402,13 @@ def test_pipeline_config_matches_the_mounts() -> None:
         writable = {m["target"] for m in mounts(name) if not m.get("read_only")}
         for broker in local:
             assert broker["store"] in read_only, f"{name}: {broker['store']} not read-only"
-        assert {config["snapshot_root"], config["warehouse"]} <= writable, name
+        assert config["snapshot_root"] in writable, name
+    assert config["warehouse"] == WAREHOUSE
     for name in AIRFLOW_SERVICES:
+        # With the tables in a bucket the checks' reports would be files of the task's
+        # container: the config puts them on a volume every Airflow service mounts.
+        assert any(Path(config["checks_output"]).is_relative_to(m["target"])
+                   for m in mounts(name) if m["type"] == "volume" and not m.get("read_only")), name
         env = environment(name)
         # The image holds config/ at /opt/rmq/app/config (docker/Dockerfile).
         assert env["RMQ_PIPELINE_CONFIG"] == "/opt/rmq/app/config/pipeline.compose.yaml"
@@ -362,16 +442,103 @@ def test_spark_cluster_runs_the_project_image() -> None:
 
 def test_sql_server_serves_the_warehouse_on_loopback() -> None:
     """python -m jobs sql-server in the project image, JDBC port published on 127.0.0.1 only,
-    over the pipeline's warehouse volume at the path the pipeline writes it."""
+    over the warehouse the pipeline writes (the bucket; no volume)."""
     sql = service("sql-server")
     assert sql["image"] == service("airflow-scheduler")["image"]
     assert sql["command"] == ["python", "-m", "jobs", "sql-server", "--host", "0.0.0.0",
                               "--port", "10000"]
     assert [(p["host_ip"], int(p["published"]), p["target"]) for p in sql["ports"]] == [
         ("127.0.0.1", 10000, 10000)]
-    (warehouse,) = mounts("sql-server", "rmq-warehouse")
-    assert warehouse["target"] == environment("sql-server")["RMQ_WAREHOUSE"] == \
-        environment("airflow-scheduler")["RMQ_WAREHOUSE"]
+    assert environment("sql-server")["RMQ_WAREHOUSE"] == \
+        environment("airflow-scheduler")["RMQ_WAREHOUSE"] == WAREHOUSE
+    assert not mounts("sql-server")
+    assert sql["depends_on"][S3_SERVICE]["condition"] == "service_healthy"
+
+
+def test_warehouse_is_the_bucket_of_the_s3_service() -> None:
+    """versitygw over the volume rmq-s3 makes the warehouse's bucket (a top-level directory
+    with its POSIX backend) and listens, inside the network only, where the clients'
+    AWS_ENDPOINT_URL points, in the region they sign for; a health check gates its clients."""
+    s3 = service(S3_SERVICE)
+    assert s3["restart"] == "unless-stopped"
+    assert not s3.get("ports"), "the S3 server is for the compose network only"
+    (data,) = mounts(S3_SERVICE, S3_VOLUME)
+    assert data["type"] == "volume" and not data.get("read_only")
+    assert S3_VOLUME in rendered()["volumes"]
+    flags = s3_server_flags()
+    assert flags["posix"] == data["target"]
+    bucket = urlparse(WAREHOUSE).netloc
+    assert f"mkdir -p {data['target']}/{bucket}\n" in s3_script()
+    port = int(flags["port"].rpartition(":")[2])
+    # The keys come from the environment (ROOT_*), never the command line.
+    assert "access" not in flags and "secret" not in flags
+    assert "*change-me*" in s3_script()
+    test = s3["healthcheck"]["test"]
+    assert test[:2] == ["CMD", "bash"] and f"/dev/tcp/127.0.0.1/{port}" in test[-1]
+    assert f"GET {flags['health']} " in test[-1]
+    for name in S3_CLIENTS:
+        env = environment(name)
+        assert set(env) >= AWS_VARIABLES, f"{name} lacks {AWS_VARIABLES - set(env)}"
+        endpoint = urlparse(env["AWS_ENDPOINT_URL"])
+        assert (endpoint.scheme, endpoint.hostname, endpoint.port) == ("http", S3_SERVICE, port)
+        assert env["AWS_ALLOW_HTTP"] == "true"
+        assert env["AWS_REGION"] == flags["region"]
+        assert env["RMQ_WAREHOUSE"] == WAREHOUSE
+    # airflow-init refuses the placeholders of .env.example for the keys too.
+    script = service("airflow-init")["command"][-1]
+    assert "AWS_ACCESS_KEY_ID" in script and "AWS_SECRET_ACCESS_KEY" in script
+    # The Spark services hold no keys: the drivers (in the Airflow tasks) hand them to the
+    # executors with the application.
+    for name in ("spark-master", "spark-worker"):
+        assert not AWS_VARIABLES & set(environment(name)), name
+        rendered_service = json.dumps(service(name))
+        for variable in ("S3_ACCESS_KEY", "S3_SECRET_KEY"):
+            assert env_example()[variable] not in rendered_service, f"{name} holds {variable}"
+
+
+def test_s3_service_runs_with_the_versitygw_of_the_tests(tmp_path: Path) -> None:
+    """The service's script and health check, run against the versitygw `make s3` built
+    (the same release as the image's): placeholders are refused, then the bucket is made,
+    the flags are ones v1.8.0 knows and the health check passes."""
+    binary = REPO_ROOT / ".cache" / "bin" / f"versitygw-{versitygw_version()}"
+    if not binary.is_file():
+        pytest.skip(f"{binary} missing: run `make s3`")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    data = mounts(S3_SERVICE, S3_VOLUME)[0]["target"]
+    listen = s3_server_flags()["port"]
+    script = (s3_script().replace(f" {data}", f" {tmp_path / 'data'}")
+              .replace(f"--port {listen}", f"--port 127.0.0.1:{port}")
+              .replace("exec versitygw ", f"exec {binary} "))
+    check = service(S3_SERVICE)["healthcheck"]["test"][-1].replace("$$", "$").replace(
+        f"/dev/tcp/127.0.0.1/{listen.rpartition(':')[2]}", f"/dev/tcp/127.0.0.1/{port}")
+    placeholders = dict(environment(S3_SERVICE))
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path)}
+    refused = subprocess.run(["bash", "-c", script], env={**env, **placeholders},
+                             capture_output=True, text=True, timeout=30, check=False)
+    assert refused.returncode == 1 and "placeholder" in refused.stderr
+    assert not (tmp_path / "data").exists()
+    keys = {"ROOT_ACCESS_KEY_ID": "rmqcomposetest", "ROOT_SECRET_ACCESS_KEY": "0123456789abcdef"}
+    (tmp_path / "data").mkdir()
+    log = tmp_path / "versitygw.log"
+    with log.open("wb") as out:
+        server = subprocess.Popen(["bash", "-c", script], env={**env, **keys}, stdout=out,
+                                  stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 15
+            while True:
+                healthy = subprocess.run(["bash", "-c", check], capture_output=True,
+                                         timeout=10, check=False).returncode == 0
+                if healthy or server.poll() is not None or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            assert healthy, log.read_text()
+            bucket = urlparse(WAREHOUSE).netloc
+            assert (tmp_path / "data" / bucket).is_dir()
+        finally:
+            server.terminate()
+            server.wait(timeout=10)
 
 
 def test_broker_conf_matches_the_broker_service() -> None:
