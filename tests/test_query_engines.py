@@ -171,14 +171,12 @@ def run_sql_cli(warehouse: Path, *args: str, stdin: str = "") -> subprocess.Comp
 
 
 def heavy_imports(warehouse: Path, *args: str) -> tuple[list[str], str, str]:
-    """``python -m jobs --warehouse W ARGS`` run in a process that then prints which of
-    pyspark and pandas it imported, and the exit code: its output lines, that verdict,
-    and its stderr."""
+    """``python -m jobs --warehouse W ARGS`` (its ``main``: ``python -m jobs`` itself ends
+    the process at once) run in a process that then prints which of pyspark and pandas it
+    imported, and the exit code: its output lines, that verdict, and its stderr."""
     probe = subprocess.run(
-        [sys.executable, "-c", "import runpy, sys; sys.argv = ['jobs', '--warehouse', "
-         f"{str(warehouse)!r}, *{list(args)!r}]\n"
-         "try:\n    runpy.run_module('jobs', run_name='__main__')\n"
-         "except SystemExit as e:\n    code = e.code\n"
+        [sys.executable, "-c", "import sys; from jobs.cli import main\n"
+         f"code = main(['--warehouse', {str(warehouse)!r}, *{list(args)!r}])\n"
          "print(sorted({'pyspark', 'pandas'} & set(sys.modules)), code)"],
         cwd=REPO, text=True, capture_output=True, timeout=120)
     *lines, verdict = probe.stdout.splitlines()
