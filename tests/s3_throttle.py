@@ -25,6 +25,7 @@ so the two would wait for each other for ever.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import re
@@ -48,16 +49,23 @@ NO_BODY_STATUSES = (204, 304)
 
 
 @dataclass
-class Throttle:
+class Counts:
     """What the proxy did: requests passed on, answered with SlowDown, or dropped."""
 
-    rate: float
-    seed: int = 0
     forwarded: int = 0
     throttled: int = 0
     dropped: int = 0
+
+
+@dataclass
+class Throttle:
+    """The proxy's decisions, shared by its connections' threads."""
+
+    rate: float
+    seed: int = 0
     down_at: re.Pattern[bytes] | None = None
     outage: Path | None = None  # exists while the store is "down"
+    counts: Counts = field(default_factory=Counts)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def is_down(self, request_line: bytes) -> bool:
@@ -69,7 +77,7 @@ class Throttle:
                 assert self.outage is not None
                 self.outage.touch()
             if self.outage is not None and self.outage.exists():
-                self.dropped += 1
+                self.counts.dropped += 1
                 return True
             return False
 
@@ -81,9 +89,9 @@ class Throttle:
         with self.lock:
             throttle = self._random.random() < self.rate
             if throttle:
-                self.throttled += 1
+                self.counts.throttled += 1
             else:
-                self.forwarded += 1
+                self.counts.forwarded += 1
             return throttle
 
 
@@ -219,7 +227,7 @@ class Proxy:
 
     endpoint: str
     outage: Path
-    counts: Throttle
+    counts: Counts = field(default_factory=Counts)
 
     def restore(self) -> None:
         """Bring the store back after an outage."""
@@ -241,7 +249,7 @@ def faulty_proxy(upstream_port: int, work: Path, rate: float = 0.0, seed: int = 
     process = subprocess.Popen([sys.executable, __file__, str(port), str(upstream_port),
                                 str(rate), str(seed), str(counts), str(outage),
                                 down_at or ""])
-    proxy = Proxy(f"http://127.0.0.1:{port}", outage, Throttle(rate, seed))
+    proxy = Proxy(f"http://127.0.0.1:{port}", outage)
     try:
         wait_for_port(port, process, 15)
         yield proxy
@@ -249,17 +257,7 @@ def faulty_proxy(upstream_port: int, work: Path, rate: float = 0.0, seed: int = 
         process.terminate()
         process.wait(timeout=15)
         outage.unlink(missing_ok=True)
-    done = json.loads(counts.read_text())
-    proxy.counts.forwarded, proxy.counts.throttled, proxy.counts.dropped = (
-        done["forwarded"], done["throttled"], done["dropped"])
-
-
-@contextmanager
-def throttling_proxy(upstream_port: int, rate: float, work: Path, seed: int = 0
-                     ) -> Iterator[tuple[str, Throttle]]:
-    """:func:`faulty_proxy` that only throttles: yields its endpoint and its counts."""
-    with faulty_proxy(upstream_port, work, rate, seed) as proxy:
-        yield proxy.endpoint, proxy.counts
+    proxy.counts = Counts(**json.loads(counts.read_text()))
 
 
 def main() -> None:
@@ -271,9 +269,7 @@ def main() -> None:
     server = _ProxyServer(int(port), int(upstream), throttle)
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
     server.serve_forever()
-    Path(counts).write_text(json.dumps({"forwarded": throttle.forwarded,
-                                        "throttled": throttle.throttled,
-                                        "dropped": throttle.dropped}))
+    Path(counts).write_text(json.dumps(dataclasses.asdict(throttle.counts)))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 from lakehouse import warehouse_content
-from s3_server import running_s3, s3_environment
+from s3_server import serving_bucket
 from spark_standalone import (
     PYTHON,
     SPARK_HOME,
@@ -118,8 +118,8 @@ def test_a_load_runs_on_the_executors_of_a_standalone_cluster(  # type: ignore[n
     jars = ",".join(str(jar) for jar in ensure_delta_jars())
     driver_logging = (f"-Dlog4j2.configurationFile={LOG4J_CONFIG} "
                       f"-Drmq.log.file={spark_cluster.env['RMQ_SPARK_LOG_FILE']}")
-    with running_s3(tmp_path / "s3") as server:
-        bucket = server.bucket("lake") + "/cluster"
+    with serving_bucket(tmp_path / "s3", "lake") as server:
+        bucket = "s3://lake/cluster"
         on_bucket = ["--warehouse", bucket, *load]
         app_id, app = run_driver(
             spark_cluster, [str(SPARK_HOME / "bin" / "spark-submit"), "--master",
@@ -128,5 +128,4 @@ def test_a_load_runs_on_the_executors_of_a_standalone_cluster(  # type: ignore[n
                             str(store)],
             "spark-submit", tmp_path, {"PYTHONPATH": str(REPO), **server.environment()})
         assert_ran_on_the_worker(spark_cluster, app_id, app)
-        with s3_environment(server):
-            assert warehouse_content(bucket) == warehouse_content(warehouse)
+        assert warehouse_content(bucket) == warehouse_content(warehouse)

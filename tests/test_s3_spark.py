@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from lakehouse import warehouse_content
 from s3_server import serving_bucket
-from s3_throttle import throttling_proxy
+from s3_throttle import faulty_proxy
 
 from jobs.check_job import check_snapshot
 from jobs.lakehouse import tables as T
@@ -57,12 +57,13 @@ check_snapshot(no_spark, warehouse, broker, snapshot_id, engine="local", output=
 maintain_tables(warehouse, broker)
 # Spark reads the bucket's tables over S3A, every column of every row: the same as the
 # oracle's on disk (the tables the load wrote: the check's hold the time it ran)
+def digest(root, table):
+    return tuple(spark.sql(
+        "SELECT count(*), bit_xor(xxhash64(to_json(struct(*)))) "
+        f"FROM delta.`{root}/rmq.db/{table}`").first())
+
 for table in ("messages", "queue_entries", "index_entries", "message_lookup"):
-    def digest(root):
-        return tuple(spark.sql(
-            "SELECT count(*), bit_xor(xxhash64(to_json(struct(*)))) "
-            f"FROM delta.`{root}/rmq.db/{table}`").first())
-    on_s3, on_disk = digest(warehouse), digest(oracle)
+    on_s3, on_disk = digest(warehouse, table), digest(oracle, table)
     assert on_s3 == on_disk and on_s3[0] > 0, (table, on_s3, on_disk)
 spark.stop()
 """
@@ -83,13 +84,14 @@ def test_a_night_on_spark_in_a_bucket_equals_the_night_in_process_on_disk(
     maintain_tables(local, "b1")
     script = tmp_path / "spark_night.py"
     script.write_text(SPARK_NIGHT)
-    with throttling_proxy(s3.port, 0.03, tmp_path, seed=7) as (endpoint, throttle):
+    with faulty_proxy(s3.port, tmp_path, rate=0.03, seed=7) as proxy:
         night = subprocess.run(
             [sys.executable, str(script), "s3://lake/spark", str(local), "b1", "n1",
              str(store), str(tmp_path / "checks")], capture_output=True, text=True,
-            timeout=900, env={**os.environ, "PYTHONPATH": str(REPO), "AWS_ENDPOINT_URL": endpoint})
+            timeout=900, env={**os.environ, "PYTHONPATH": str(REPO),
+                              "AWS_ENDPOINT_URL": proxy.endpoint})
     assert night.returncode == 0, night.stdout[-2000:] + night.stderr[-4000:]
-    assert throttle.throttled > 10, throttle
+    assert proxy.counts.throttled > 10, proxy.counts
     on_s3, on_disk = warehouse_content("s3://lake/spark"), warehouse_content(local)
     assert on_disk[T.MESSAGES] and on_disk[T.CONSUMER_LAG]
     for name, rows in on_disk.items():

@@ -21,7 +21,7 @@ import pytest
 from deltalake import DeltaTable
 from lakehouse import delta_rows, warehouse_content
 from s3_server import serving_bucket
-from s3_throttle import faulty_proxy, throttling_proxy
+from s3_throttle import faulty_proxy
 
 from jobs.check_job import check_snapshot
 from jobs.lakehouse import tables as T
@@ -215,11 +215,11 @@ def test_a_night_in_process_with_one_request_in_ten_throttled_equals_the_night_o
         maintain_tables(warehouse, "b1")
 
     night(local)
-    with (throttling_proxy(s3.port, 0.1, tmp_path, seed=2) as (endpoint, throttle),
+    with (faulty_proxy(s3.port, tmp_path, rate=0.1, seed=2) as proxy,
           monkeypatch.context() as patched):
-        patched.setenv("AWS_ENDPOINT_URL", endpoint)
+        patched.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
         night(bucket)
-    assert throttle.throttled > 10, throttle
+    assert proxy.counts.throttled > 10, proxy.counts
     on_s3 = warehouse_content(bucket)
     for name, rows in warehouse_content(local).items():
         assert on_s3[name] == rows, name

@@ -104,11 +104,11 @@ def arrow_dataset(location: str | Path, files_where: str | None = None) -> ds.Da
     from deltalake import DeltaTable
     from pyarrow import fs
 
-    table = DeltaTable(str(location))
-    if not Location(str(location)).is_local:
+    where, table = Location(str(location)), DeltaTable(str(location))
+    if not where.is_local:
         return table.to_pyarrow_dataset(filesystem=object_store_filesystem(table),
                                          file_pruning_predicate=files_where)
-    filesystem, root = Location(str(location)).arrow_filesystem()
+    filesystem, root = where.arrow_filesystem()
     native = fs.SubTreeFileSystem(root, filesystem)
     return table.to_pyarrow_dataset(filesystem=native, file_pruning_predicate=files_where)
 

@@ -145,12 +145,14 @@ def clear_scratch(location: str | Path, scope: str) -> None:
             shutil.rmtree(leftover, ignore_errors=True)
 
 
-def _readable(location: Location, group: Sequence[DataFile], inputs: Path) -> list[str]:
-    """Local paths of ``group``'s files: where they are on a local disk; downloaded whole
-    into ``inputs`` from a bucket (the files a compaction merges are small: one GET each,
-    retried with backoff by obstore, where Arrow's own S3 reads of their small column
-    chunks give up on a throttled request: jobs.lakehouse.driver_rows)."""
-    if location.is_local:
+def _readable(location: Location, group: Sequence[DataFile], inputs: Path | None
+              ) -> list[str]:
+    """Local paths of ``group``'s files: where they are on a local disk (``inputs`` None);
+    from a bucket, downloaded whole into ``inputs``, a directory of the merge's own (the
+    files a compaction merges are small: one GET each, retried with backoff by obstore,
+    where Arrow's own S3 reads of their small column chunks give up on a throttled
+    request: jobs.lakehouse.driver_rows)."""
+    if inputs is None:
         return [str(location.path / f.path) for f in group]
     local = [inputs / f"{index}.parquet" for index in range(len(group))]
     for file, path in zip(group, local, strict=True):
@@ -174,7 +176,7 @@ def merge_files(table: Any, location: str | Path, group: Sequence[DataFile], sco
     schema = pa.schema(table.schema().to_arrow())
     data_schema = pa.schema([f for f in schema if f.name not in partition_columns])
     scratch = location.scratch_directory(f"{SCRATCH_PREFIX}{scope}-{uuid.uuid4().hex}")
-    inputs = Path(tempfile.mkdtemp(prefix="rmq-merge-inputs-"))
+    inputs = None if location.is_local else Path(tempfile.mkdtemp(prefix="rmq-merge-inputs-"))
     try:
         rows = ds.dataset(_readable(location, group, inputs), schema=data_schema,
                           format="parquet").scanner(use_threads=False).to_reader()
@@ -203,7 +205,8 @@ def merge_files(table: Any, location: str | Path, group: Sequence[DataFile], sco
             raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-        shutil.rmtree(inputs, ignore_errors=True)
+        if inputs is not None:
+            shutil.rmtree(inputs, ignore_errors=True)
     return len(written)
 
 
