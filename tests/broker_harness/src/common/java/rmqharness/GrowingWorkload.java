@@ -483,7 +483,7 @@ final class GrowingWorkload {
     Map<String, Object> runtime() {
         Map<String, Object> m = new TreeMap<>();
         try {
-            var table = admin.fetchBrokerRuntimeStats(wl.brokerAddr).getTable();
+            var table = Compat.runtimeStats(admin, wl.brokerAddr);
             for (Map.Entry<String, String> e : table.entrySet()) {
                 String k = e.getKey();
                 if (k.startsWith("commitLog") || k.startsWith("dispatch") || k.startsWith("msgPut")

@@ -450,6 +450,27 @@ public final class Harness {
     // ------------------------------------------------------------------ helpers
 
     /** "host:port"; an IPv6 host in brackets ("[::1]:9876", RocketMQ splits at the last ':'). */
+    /**
+     * Calls a broker's runtime-info request until the broker has taken its first statistics sample. The store's
+     * StoreStatsService samples its put/get counters once a second and answers GET_BROKER_RUNTIME_INFO with
+     * {@code putTimesList.getLast()}: until the first sample, a just-started broker fails the request with
+     * NoSuchElementException (seen in CI on a restarted broker). Any other failure is thrown at once.
+     */
+    static <T> T afterFirstStatsSample(java.util.concurrent.Callable<T> request) throws Exception {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(15);
+        while (true) {
+            try {
+                return request.call();
+            } catch (Exception e) {
+                boolean unsampled = String.valueOf(e.getMessage()).contains("NoSuchElementException");
+                if (!unsampled || System.nanoTime() > deadline) {
+                    throw e;
+                }
+                Thread.sleep(200);
+            }
+        }
+    }
+
     static String hostPort(String host, int port) {
         return (host.contains(":") ? "[" + host + "]" : host) + ":" + port;
     }

@@ -431,7 +431,7 @@ final class ClusterWorkload implements Harness.ClusterScenario {
     Map<String, Object> runtime(Node n) {
         Map<String, Object> m = new TreeMap<>();
         try {
-            m.putAll(admin.fetchBrokerRuntimeStats(n.addr).getTable());
+            m.putAll(Compat.runtimeStats(admin, n.addr));
             m.put("fetchedMs", System.currentTimeMillis());
         } catch (Exception e) {
             m.put("error", e.getClass().getName() + ": " + e.getMessage());

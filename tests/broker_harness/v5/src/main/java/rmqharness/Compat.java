@@ -112,9 +112,9 @@ final class Compat {
         return bd == null ? null : new TreeMap<>(bd.getBrokerAddrs());
     }
 
-    /** The broker's runtime statistics (what mqadmin brokerStatus prints). */
+    /** The broker's runtime statistics (what mqadmin brokerStatus prints), once the broker has sampled them. */
     static Map<String, String> runtimeStats(DefaultMQAdminExt admin, String brokerAddr) throws Exception {
-        KVTable kv = admin.fetchBrokerRuntimeStats(brokerAddr);
+        KVTable kv = Harness.afterFirstStatsSample(() -> admin.fetchBrokerRuntimeStats(brokerAddr));
         return new TreeMap<>(kv.getTable());
     }
 

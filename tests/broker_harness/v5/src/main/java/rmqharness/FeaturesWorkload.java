@@ -30,7 +30,6 @@ import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageClientIDSetter;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
-import org.apache.rocketmq.remoting.protocol.body.KVTable;
 import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
 
 /**
@@ -1201,8 +1200,7 @@ final class FeaturesWorkload implements Harness.Scenario {
 
     void snapshotBroker() {
         try {
-            KVTable kv = admin.fetchBrokerRuntimeStats(wl.brokerAddr);
-            runtimeStats = new TreeMap<>(kv.getTable());
+            runtimeStats = new TreeMap<>(Compat.runtimeStats(admin, wl.brokerAddr));
         } catch (Exception e) {
             runtimeStats.put("error", e.toString());
         }
