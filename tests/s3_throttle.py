@@ -15,7 +15,8 @@ requests concurrently).
 An outage arrives on cue: the first request whose request line matches ``down_at`` (say,
 the PUT of a table's next commit) finds the store gone, and so does every request after
 it (the connection is closed unanswered, as a store that died would leave it) until the
-test brings the store back (:meth:`Proxy.restore`). The outage is a file the proxy makes
+test brings the store back (:meth:`Proxy.restore`), or for a given number of requests (a
+store restarting while the clients retry). The outage is a file the proxy makes
 and the test removes, so it is seen alike by the proxy and the test.
 
 The proxy runs as a process of its own: in the clients' process it would need their GIL
@@ -65,12 +66,14 @@ class Throttle:
     seed: int = 0
     down_at: re.Pattern[bytes] | None = None
     outage: Path | None = None  # exists while the store is "down"
+    down_for: int | None = None  # requests the store is away for (None: until restored)
     counts: Counts = field(default_factory=Counts)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def is_down(self, request_line: bytes) -> bool:
         """Whether the store is away for this request (and count it if so); the first
-        request matching ``down_at`` takes it away."""
+        request matching ``down_at`` takes it away, for ``down_for`` requests or until
+        the test restores it."""
         with self.lock:
             if self.down_at is not None and self.down_at.search(request_line):
                 self.down_at = None  # once
@@ -78,6 +81,8 @@ class Throttle:
                 self.outage.touch()
             if self.outage is not None and self.outage.exists():
                 self.counts.dropped += 1
+                if self.down_for is not None and self.counts.dropped >= self.down_for:
+                    self.outage.unlink()  # back after this one
                 return True
             return False
 
@@ -240,15 +245,16 @@ class Proxy:
 
 @contextmanager
 def faulty_proxy(upstream_port: int, work: Path, rate: float = 0.0, seed: int = 0,
-                 down_at: str | None = None) -> Iterator[Proxy]:
+                 down_at: str | None = None, down_for: int | None = None) -> Iterator[Proxy]:
     """A proxy process on a free loopback port in front of ``upstream_port``, answering a
     share ``rate`` of requests with SlowDown and taking the store away at the first
-    request matching ``down_at``; its files (counts, the outage flag) go in ``work``."""
+    request matching ``down_at`` (for ``down_for`` requests, or until
+    :meth:`Proxy.restore`); its files (counts, the outage flag) go in ``work``."""
     port = free_port()
     counts, outage = work / f"proxy-{port}.json", work / f"proxy-{port}.down"
     process = subprocess.Popen([sys.executable, __file__, str(port), str(upstream_port),
                                 str(rate), str(seed), str(counts), str(outage),
-                                down_at or ""])
+                                down_at or "", str(down_for or "")])
     proxy = Proxy(f"http://127.0.0.1:{port}", outage)
     try:
         wait_for_port(port, process, 15)
@@ -261,11 +267,12 @@ def faulty_proxy(upstream_port: int, work: Path, rate: float = 0.0, seed: int = 
 
 
 def main() -> None:
-    """``python tests/s3_throttle.py PORT UPSTREAM_PORT RATE SEED COUNTS OUTAGE DOWN_AT``:
-    serve until SIGTERM, then write the counts to the file COUNTS."""
-    port, upstream, rate, seed, counts, outage, down_at = sys.argv[1:]
+    """``python tests/s3_throttle.py PORT UPSTREAM_PORT RATE SEED COUNTS OUTAGE DOWN_AT
+    DOWN_FOR``: serve until SIGTERM, then write the counts to the file COUNTS."""
+    port, upstream, rate, seed, counts, outage, down_at, down_for = sys.argv[1:]
     throttle = Throttle(float(rate), int(seed), outage=Path(outage),
-                        down_at=re.compile(down_at.encode()) if down_at else None)
+                        down_at=re.compile(down_at.encode()) if down_at else None,
+                        down_for=int(down_for) if down_for else None)
     server = _ProxyServer(int(port), int(upstream), throttle)
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
     server.serve_forever()

@@ -38,6 +38,7 @@ FLEET = {"fleet-a": "v5-clean", "fleet-b": "v4-clean", "fleet-c": "v5-killed",
          "fleet-d": "v4-killed"}
 NIGHTS = ("n1", "n2")
 LEASE_SECONDS = 3.0  # the outage test's lock leases
+RETRY_SECONDS = 3.0  # how long the outage tests' clients retry before a step fails
 BROKER_NIGHT = """
 import sys
 from pathlib import Path
@@ -150,7 +151,8 @@ def test_a_load_the_store_went_away_under_fails_and_its_rerun_finishes_the_night
         s3, broker_stores, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """The S3 server goes away as the load begins its queue entries (its messages are
     committed, nothing after) and stays away: the load fails once the clients' retries are
-    spent, leaving every table readable and no append half made. With the server back,
+    spent (``RMQ_S3_RETRY_SECONDS``, made short here), leaving every table readable and no
+    append half made. With the server back,
     the re-run finishes the night: its tables equal an undisturbed load's."""
     import time
 
@@ -158,6 +160,7 @@ def test_a_load_the_store_went_away_under_fails_and_its_rerun_finishes_the_night
     from jobs.load.job import LoadRefusedError
 
     monkeypatch.setenv("RMQ_LEASE_SECONDS", str(LEASE_SECONDS))
+    monkeypatch.setenv("RMQ_S3_RETRY_SECONDS", str(RETRY_SECONDS))
     store = broker_stores["v5-clean"] / "store"
     local = tmp_path / "undisturbed"
     load_snapshot(SparkOnDemand(_no_spark), "b1", "s1", store, LoadOptions(),  # type: ignore[arg-type]
@@ -238,9 +241,11 @@ def test_the_store_going_away_at_each_steps_commit_fails_it_in_one_line_and_the_
     """The store goes away at the moment a step commits (tests/s3_throttle.py drops every
     request from the commit's PUT on): the check at its results, the maintenance at its
     first merge. Each fails with one error line on
-    stderr (exit 4), no commit of it is visible, and once the store is back and the failed
-    step's lease has expired, its re-run gives the tables of an undisturbed night. The
-    one line names the request that failed."""
+    stderr (exit 4) once its clients' retries are spent, no commit of it is visible, and
+    once the store is back and the failed step's lease has expired, its re-run gives the
+    tables of an undisturbed night. The one line names the request that failed. A store
+    away for a few requests only (restarting) costs the step nothing: the commit's PUT is
+    retried with backoff by delta-rs as configured (jobs.lakehouse.locations)."""
     import time
 
     monkeypatch.setenv("RMQ_LEASE_SECONDS", str(LEASE_SECONDS))
@@ -263,6 +268,7 @@ def test_the_store_going_away_at_each_steps_commit_fails_it_in_one_line_and_the_
         with faulty_proxy(s3.port, tmp_path, down_at=down_at) as proxy, \
                 monkeypatch.context() as patched:
             patched.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+            patched.setenv("RMQ_S3_RETRY_SECONDS", str(RETRY_SECONDS))
             failed = run_jobs(work, "--warehouse", bucket, *steps[step])
             assert proxy.is_down, (step, failed.stderr)
             assert failed.returncode == 4, (step, failed.stdout, failed.stderr)
@@ -277,6 +283,14 @@ def test_the_store_going_away_at_each_steps_commit_fails_it_in_one_line_and_the_
             healed = run_jobs(work, "--warehouse", bucket, *steps[step])
             assert healed.returncode == 0, (step, healed.stderr)
         assert proxy.counts.dropped > 0
+    # The store away for the check's commit and the next 14 requests: retried, not failed.
+    # delta-rs by default gives up after 11 attempts (about 2 s): the retry settings hold.
+    with faulty_proxy(s3.port, tmp_path, down_at=OUTAGES[0][1], down_for=15) as proxy, \
+            monkeypatch.context() as patched:
+        patched.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        ridden_over = run_jobs(work, "--warehouse", bucket, *steps["check"])
+        assert ridden_over.returncode == 0, ridden_over.stderr
+    assert proxy.counts.dropped == 15, proxy.counts
     on_s3 = warehouse_content(bucket)
     for name, rows in warehouse_content(local).items():
         assert on_s3[name] == rows, name

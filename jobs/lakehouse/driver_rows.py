@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jobs.lakehouse.locations import Location
+from jobs.lakehouse.locations import Location, delta_storage_options, open_delta_table
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -101,10 +101,9 @@ def arrow_dataset(location: str | Path, files_where: str | None = None) -> ds.Da
     exit hazard above is why ``python -m jobs`` ends with ``os._exit`` (jobs.cli) and why
     Airflow's task processes are safe (they always end that way).
     """
-    from deltalake import DeltaTable
     from pyarrow import fs
 
-    where, table = Location(str(location)), DeltaTable(str(location))
+    where, table = Location(str(location)), open_delta_table(location)
     if not where.is_local:
         return table.to_pyarrow_dataset(filesystem=object_store_filesystem(table),
                                          file_pruning_predicate=files_where)
@@ -123,7 +122,8 @@ def object_store_filesystem(table: Any) -> pa_fs.FileSystem:
     adds = table.get_add_actions(flatten=True)
     sizes = dict(zip(adds.column("path").to_pylist(), adds.column("size_bytes").to_pylist(),
                      strict=True))
-    return fs.PyFileSystem(DeltaStorageHandler(table.table_uri, known_sizes=sizes))
+    return fs.PyFileSystem(DeltaStorageHandler(
+        table.table_uri, options=delta_storage_options(table.table_uri), known_sizes=sizes))
 
 
 def arrow_rows(contract: Contract, rows: Rows) -> pa.Table:
@@ -147,7 +147,8 @@ def append_rows(location: str | Path, contract: Contract, rows: Rows) -> None:
     """Append rows (an audit log's: every attempt is a row of its own)."""
     from deltalake import write_deltalake
 
-    write_deltalake(str(location), arrow_rows(contract, rows), mode="append")
+    write_deltalake(str(location), arrow_rows(contract, rows), mode="append",
+                    storage_options=delta_storage_options(location))
 
 
 def append_rows_once(location: str | Path, contract: Contract,
@@ -163,6 +164,7 @@ def append_rows_once(location: str | Path, contract: Contract,
         return False
     write_deltalake(str(location), arrow_rows(contract, rows), mode="append",
                     writer_properties=writer_properties,
+                    storage_options=delta_storage_options(location),
                     commit_properties=CommitProperties(
                         app_transactions=[Transaction(app_id, version)]))
     return True
@@ -171,9 +173,7 @@ def append_rows_once(location: str | Path, contract: Contract,
 def committed(location: str | Path, app_id: str, version: int) -> bool:
     """Whether the table already holds the append ``(app_id, version)`` (its log's
     transaction action for ``app_id`` is at ``version`` or later)."""
-    from deltalake import DeltaTable
-
-    seen = DeltaTable(str(location)).transaction_version(app_id)
+    seen = open_delta_table(location).transaction_version(app_id)
     return seen is not None and seen >= version
 
 
@@ -184,7 +184,8 @@ def replace_rows(location: str | Path, contract: Contract, rows: Rows,
     from deltalake import write_deltalake
 
     write_deltalake(str(location), arrow_rows(contract, rows), mode="overwrite",
-                    predicate=predicate(**equal))
+                    predicate=predicate(**equal),
+                    storage_options=delta_storage_options(location))
 
 
 def predicate(**equal: str) -> str:

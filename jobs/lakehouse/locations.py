@@ -39,6 +39,12 @@ _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 #: The environment variables an S3 client is configured by (the store cache's key).
 AWS_VARIABLES = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
                  "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ALLOW_HTTP")
+#: How long an object store request is retried: :func:`retry_seconds`.
+RETRY_SECONDS_ENV = "RMQ_S3_RETRY_SECONDS"
+DEFAULT_RETRY_SECONDS = 120.0
+#: Retries are bounded by time (:func:`retry_seconds`), not by count: a count high enough
+#: never to be the limit first (backoff is capped at 10 s).
+MAX_RETRIES = 1000
 
 
 class UnsupportedLocationError(ValueError):
@@ -167,7 +173,8 @@ class Location:
         """The obstore client of an object-store location's bucket, and its key (for
         conditional writes: jobs.lakehouse.leases)."""
         parsed = urlparse(self.uri)
-        return _bucket_store(parsed.netloc, _aws_settings()), parsed.path.strip("/")
+        store = _bucket_store(parsed.netloc, _aws_settings(), retry_seconds())
+        return store, parsed.path.strip("/")
 
     def arrow_filesystem(self) -> tuple[Any, str]:
         """pyarrow's own (C++) filesystem for this location, and the path in it: local, or
@@ -349,23 +356,67 @@ def aws_environment(access_key: str | None, secret_key: str | None,
     return {k: str(v) for k, v in variables.items() if v}
 
 
+def retry_seconds() -> float:
+    """How long a request to an object store is retried before the step fails:
+    ``RMQ_S3_RETRY_SECONDS``, 120 by default. Every client the product configures keeps
+    to it (delta-rs through its storage options, obstore through its retry config), so a
+    store that throttles or restarts within it costs a night only time; one that stays
+    away fails the step after it, with one line naming the request."""
+    text = os.environ.get(RETRY_SECONDS_ENV, "")
+    if not text:
+        return DEFAULT_RETRY_SECONDS
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0:
+        raise UnsupportedLocationError(
+            f"{RETRY_SECONDS_ENV}={text!r}: give the seconds an object store request is "
+            "retried for, a number > 0")
+    return seconds
+
+
+def delta_storage_options(location: str | Path | Location) -> dict[str, str] | None:
+    """delta-rs' storage options for a table at ``location``: None on a local disk; in a
+    bucket, object_store's retry settings (exponential backoff from 100 ms to 10 s,
+    retried for :func:`retry_seconds`). The credentials and endpoint are not here: delta-rs
+    reads them from the ``AWS_*`` environment. Without these options delta-rs gives up on
+    a store that does not answer after about 1.7 s (measured, deltalake 1.6.6)."""
+    if warehouse_location(location, "table").is_local:
+        return None
+    return {"max_retries": str(MAX_RETRIES),
+            "retry_timeout": f"{round(retry_seconds() * 1000)}ms",
+            "backoff_config.init_backoff": "100ms", "backoff_config.max_backoff": "10s",
+            "backoff_config.base": "2"}
+
+
+def open_delta_table(location: str | Path | Location) -> Any:
+    """delta-rs' handle of the table at ``location``, with :func:`delta_storage_options`:
+    every delta-rs table the jobs open comes from here."""
+    from deltalake import DeltaTable
+
+    return DeltaTable(str(location), storage_options=delta_storage_options(location))
+
+
 def _aws_settings() -> tuple[tuple[str, str], ...]:
     return tuple((k, os.environ[k]) for k in AWS_VARIABLES if k in os.environ)
 
 
 @lru_cache(maxsize=16)
-def _bucket_store(bucket: str, settings: tuple[tuple[str, str], ...]) -> Any:
+def _bucket_store(bucket: str, settings: tuple[tuple[str, str], ...],
+                  retry_for: float) -> Any:
     """One obstore client per bucket and configuration, configured from the ``AWS_*``
     environment (``settings`` is only the cache's key). Throttling and server errors are
-    retried with exponential backoff by the client (obstore's retry configuration)."""
+    retried with exponential backoff for ``retry_for`` seconds by the client (obstore's
+    retry configuration), as delta-rs' are (:func:`delta_storage_options`)."""
     from datetime import timedelta
 
     from obstore.store import S3Store
 
-    return S3Store(bucket, retry_config={"max_retries": 8, "retry_timeout": timedelta(minutes=2),
-                                         "backoff": {"init_backoff": timedelta(milliseconds=100),
-                                                     "max_backoff": timedelta(seconds=10),
-                                                     "base": 2}})
+    return S3Store(bucket, retry_config={
+        "max_retries": MAX_RETRIES, "retry_timeout": timedelta(seconds=retry_for),
+        "backoff": {"init_backoff": timedelta(milliseconds=100),
+                    "max_backoff": timedelta(seconds=10), "base": 2}})
 
 
 @lru_cache(maxsize=4)
@@ -388,7 +439,10 @@ __all__ = [
     "StoredFile",
     "UnsupportedLocationError",
     "checks_directory",
+    "delta_storage_options",
     "is_uri",
     "local_directory",
+    "open_delta_table",
+    "retry_seconds",
     "warehouse_location",
 ]

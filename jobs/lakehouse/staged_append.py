@@ -37,7 +37,12 @@ from typing import Any
 import pyarrow as pa
 
 from jobs.lakehouse.driver_rows import committed
-from jobs.lakehouse.locations import Location, warehouse_location
+from jobs.lakehouse.locations import (
+    Location,
+    delta_storage_options,
+    open_delta_table,
+    warehouse_location,
+)
 
 STAGING = "_rmq_staging"
 MOVED = "moved.json"
@@ -78,7 +83,8 @@ def stage(batches: Iterable[pa.RecordBatch], area: str | Location, layout: Stage
     write_deltalake(str(attempt), reader, partition_by=list(layout.partition_by) or None,
                     configuration=dict(layout.configuration) or None,
                     target_file_size=layout.target_file_bytes,
-                    writer_properties=WriterProperties(compression=layout.compression))
+                    writer_properties=WriterProperties(compression=layout.compression),
+                    storage_options=delta_storage_options(attempt))
     prefix = f"{STAGING}/{area.name}/{attempt.name}"
     return [{**add, "path": f"{prefix}/{add['path']}"} for add in logged_adds(attempt)]
 
@@ -118,7 +124,7 @@ def commit_staged(location: str | Path | Location, app_id: str, version: int,
                   adds: list[dict[str, Any]]) -> bool:
     """Move the staged files of ``adds`` into the table and commit them as the append
     ``(app_id, version)``; False (and nothing moved) when the table has it already."""
-    from deltalake import CommitProperties, DeltaTable, Transaction
+    from deltalake import CommitProperties, Transaction
     from deltalake.transaction import AddAction
 
     location = _table(location)
@@ -130,7 +136,7 @@ def commit_staged(location: str | Path | Location, app_id: str, version: int,
     (area / MOVED).write_text(json.dumps(final))
     for add, path in zip(adds, final, strict=True):
         (location / add["path"]).move_to(location / path)
-    table = DeltaTable(str(location))
+    table = open_delta_table(location)
     actions = [AddAction(path, add["size"], add["partitionValues"], add["modificationTime"],
                          True, add.get("stats")) for add, path in zip(adds, final, strict=True)]
     table.create_write_transaction(

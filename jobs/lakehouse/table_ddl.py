@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from jobs.lakehouse.contracts import CONTRACT_VERSION
+from jobs.lakehouse.locations import delta_storage_options, open_delta_table
 
 if TYPE_CHECKING:
     from jobs.lakehouse.contracts import Column, Contract
@@ -37,15 +38,16 @@ def create_table(contract: Contract, location: str) -> None:
                       configuration={**contract.table_properties,
                                      CONTRACT_VERSION: contract.version},
                       raise_if_key_not_exists=False,
-                      commit_properties=CommitProperties(max_commit_retries=0))
+                      commit_properties=CommitProperties(max_commit_retries=0),
+                      storage_options=delta_storage_options(location))
 
 
 def evolve_table(contract: Contract, location: str, new: list[Column]) -> None:
     """Add the contract's ``new`` columns (:func:`table_versions.new_columns`) and record
     its version."""
-    from deltalake import DeltaTable, Field
+    from deltalake import Field
 
-    table = DeltaTable(location)
+    table = open_delta_table(location)
     added = {c.name for c in new}
     if added:
         table.alter.add_columns([Field.from_arrow(field) for field in

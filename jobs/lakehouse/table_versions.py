@@ -22,6 +22,7 @@ from pathlib import Path
 
 from jobs.lakehouse.contracts import CONTRACT_VERSION, Column, Contract
 from jobs.lakehouse.driver_rows import exists
+from jobs.lakehouse.locations import delta_storage_options, open_delta_table
 
 # Set while `jobs migrate` rewrites a table: the Delta version holding the rows it copies.
 MIGRATION_SOURCE = "rmq.migration.source_version"
@@ -52,9 +53,10 @@ def inspect_table(location: str | Path) -> TableInspection:
     """Read a table's recorded contract version, layout and columns with delta-rs."""
     from deltalake import DeltaTable as RustDeltaTable
 
-    if not exists(location) or not RustDeltaTable.is_deltatable(str(location)):
+    if not exists(location) or not RustDeltaTable.is_deltatable(
+            str(location), delta_storage_options(location)):
         return TableInspection(exists=False)
-    table = RustDeltaTable(str(location))
+    table = open_delta_table(location)
     metadata = table.metadata()
     config = metadata.configuration or {}
     source = config.get(MIGRATION_SOURCE)

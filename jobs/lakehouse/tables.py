@@ -21,7 +21,7 @@ from jobs.lakehouse import driver_rows
 from jobs.lakehouse.contracts import Contract, load_contracts, schema_drift
 from jobs.lakehouse.history import ALL_ROWS_SUFFIX, OFFSET_COLUMNS, current_rows_sql
 from jobs.lakehouse.jars import REPO_ROOT
-from jobs.lakehouse.locations import Location, warehouse_location
+from jobs.lakehouse.locations import Location, open_delta_table, warehouse_location
 from jobs.lakehouse.table_ddl import create_table, evolve_table
 from jobs.lakehouse.table_versions import (
     MIGRATE_COMMAND,
@@ -114,10 +114,9 @@ def on_disk_schema(location: str) -> StructType:
     schema is Spark's StructType JSON): no Spark job and no log replay in the JVM."""
     import json
 
-    from deltalake import DeltaTable
     from pyspark.sql.types import StructType
 
-    return StructType.fromJson(json.loads(DeltaTable(location).schema().to_json()))
+    return StructType.fromJson(json.loads(open_delta_table(location).schema().to_json()))
 
 
 class TableDriftError(RuntimeError):

@@ -154,10 +154,10 @@ def pack_tasks(tasks: list[Task], target_bytes: int, min_groups: int) -> list[li
 def staged_layout(location: str, contract: Contract) -> StagedLayout:
     """How the tasks write ``location``'s files: the contract's columns and partitioning,
     the table's own statistics settings, zstd as the in-process load writes."""
-    from deltalake import DeltaTable
+    from jobs.lakehouse.locations import open_delta_table
 
     return StagedLayout(contract.arrow_schema(), tuple(contract.partition_columns),
-                        statistics_settings(DeltaTable(location).metadata().configuration))
+                        statistics_settings(open_delta_table(location).metadata().configuration))
 
 
 def _staged_files(area: str, layout: StagedLayout, context: DecodeContext

@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from jobs.lakehouse import tables as T
 from jobs.lakehouse.driver_rows import append_rows_once, arrow_dataset, sql_text
-from jobs.lakehouse.locations import Location
+from jobs.lakehouse.locations import Location, open_delta_table
 from jobs.lakehouse.message_lookup import KEY, MSG_ID, POSITION, app_id, writer_properties
 from jobs.lakehouse.tables import Registry
 
@@ -37,9 +37,8 @@ MESSAGE_COLUMNS = ("broker", "store_date", "physical_offset", "inner_index",
 
 def pending_snapshots(registry: Registry, broker: str, seq: int) -> list[str]:
     """The broker's snapshots up to ``seq`` whose lookup rows are not written yet."""
-    from deltalake import DeltaTable
 
-    done = DeltaTable(str(registry[T.MESSAGE_LOOKUP].location)).transaction_version(
+    done = open_delta_table(registry[T.MESSAGE_LOOKUP].location).transaction_version(
         app_id(broker)) or 0
     return sorted(row["snapshot_id"] for row in registry.read_rows(T.SNAPSHOTS, broker=broker)
                   if done < row["snapshot_seq"] <= seq)

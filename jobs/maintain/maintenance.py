@@ -37,7 +37,7 @@ from jobs.lakehouse import message_lookup
 from jobs.lakehouse import tables as T
 from jobs.lakehouse.contracts import load_contract
 from jobs.lakehouse.driver_rows import append_rows, exists
-from jobs.lakehouse.locations import Location
+from jobs.lakehouse.locations import Location, open_delta_table
 from jobs.lakehouse.locks import try_lock
 from jobs.lakehouse.tables import table_location
 from jobs.maintain.compaction import (
@@ -73,9 +73,7 @@ class TableState:
 
 def table_state(location: str | Path, table: Any = None) -> TableState:
     """The table's files and log now; ``table``: an open delta-rs handle to reuse."""
-    from deltalake import DeltaTable as RustDeltaTable
-
-    table = table if table is not None else RustDeltaTable(str(location))
+    table = table if table is not None else open_delta_table(location)
     adds = table.get_add_actions(flatten=True)
     sizes = adds.column("size_bytes").to_pylist() if adds.num_rows else []
     log_entries = [f for f in (Location(str(location)) / "_delta_log").files()
@@ -155,10 +153,8 @@ class MaintenanceError(RuntimeError):
 
 def _maintain_table(warehouse: str, location: str, name: str, policy: TablePolicy,
                     broker: str, time_travel_days: float) -> dict:
-    from deltalake import DeltaTable as RustDeltaTable
-
     started, clock = datetime.now(UTC), time.monotonic()
-    table = RustDeltaTable(location)  # one handle: each step below reads only new commits
+    table = open_delta_table(location)  # one handle: each step below reads only new commits
     before = table_state(location, table)
     row: dict = {"broker": broker, "table_name": name, "scope": policy.scope,
                  "started_at": started, "outcome": DONE, "detail": None,

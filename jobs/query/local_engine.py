@@ -30,7 +30,7 @@ from jobs.lakehouse.history import (
     OFFSET_COLUMNS,
     current_rows_sql,
 )
-from jobs.lakehouse.locations import Location, warehouse_location
+from jobs.lakehouse.locations import Location, open_delta_table, warehouse_location
 from jobs.lakehouse.tables import table_location
 from jobs.query.engine import Column, SqlError
 from jobs.query.lookup import saved_statement
@@ -127,7 +127,7 @@ class LocalEngine:
         if not exists(location):
             known = ", ".join(self.tables()) or "none yet"
             raise SqlError(f"no table rmq.{table} in {self.warehouse} (tables: {known})")
-        return DeltaTable(str(location))
+        return open_delta_table(location)
 
 
 class _Context:
@@ -218,7 +218,7 @@ def _history_rewritten(warehouse: Path) -> bool:
     if not exists(location):
         return False
     kinds = ", ".join(f"'{kind}'" for kind in HISTORY_KINDS)
-    probe = QueryBuilder().register("rewrites", DeltaTable(str(location))).execute(
+    probe = QueryBuilder().register("rewrites", open_delta_table(location)).execute(
         f"SELECT count(*) AS n FROM rewrites WHERE kind IN ({kinds})")
     return pa.RecordBatchReader.from_stream(probe).read_all().column(0)[0].as_py() > 0
 

@@ -150,12 +150,12 @@ def unindexed_snapshots(query: Query, warehouse: Path) -> list[str] | None:
     there is no lookup table at all. The snapshots are read through ``query`` (the
     engine at hand): reading them with pyarrow's dataset API would import pandas, a
     second of a lookup's start-up."""
-    from deltalake import DeltaTable
+    from jobs.lakehouse.locations import open_delta_table
 
     location = table_location(warehouse, T.MESSAGE_LOOKUP)
     if not exists(location):
         return None
-    lookup = DeltaTable(str(location))
+    lookup = open_delta_table(location)
     done: dict[str, int] = {}
     pending = []
     snapshots = query(f"SELECT broker, snapshot_id, snapshot_seq FROM rmq.{T.SNAPSHOTS}", {})

@@ -62,10 +62,10 @@ def newest_partition_date(warehouse: Path | str, table: str, column: str) -> dat
     location = table_location(warehouse, table)
     if not exists(location):
         return None
-    from deltalake import DeltaTable
+    from jobs.lakehouse.locations import open_delta_table
 
     actions = pa.RecordBatchReader.from_stream(
-        DeltaTable(location).get_add_actions(flatten=True)).read_all()
+        open_delta_table(location).get_add_actions(flatten=True)).read_all()
     name = f"partition.{column}"
     if actions.num_rows == 0 or name not in actions.column_names:
         return None
