@@ -280,7 +280,7 @@ def _run(args: argparse.Namespace) -> int:
             return _load(spark, args)
         if args.command == "check":
             return _check(args, spark)  # a small snapshot's check starts no Spark
-        return _migrate(spark, _warehouse_option(args))
+        return _migrate(_warehouse_option(args))
     except refused as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_REFUSED
@@ -444,14 +444,12 @@ def _sql_server(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _migrate(spark, warehouse: Path | Location | None) -> int:  # type: ignore[no-untyped-def]
-    from jobs.lakehouse.engine_choice import refuse_spark_commits_on
+def _migrate(warehouse: Path | Location | None) -> int:
+    """Every table to this code's contracts, with delta-rs (no JVM; a bucket too)."""
     from jobs.lakehouse.migrate import migrate_warehouse
     from jobs.lakehouse.tables import default_warehouse
 
-    # before a JVM starts: the migration rewrites with Spark's own Delta writer
-    refuse_spark_commits_on(str(warehouse or default_warehouse()), "jobs migrate")
-    migrate_warehouse(spark(), progress=print)
+    migrate_warehouse(warehouse or default_warehouse(), progress=print)
     return EXIT_OK
 
 

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 from lakehouse import delta_rows, warehouse_content
 from s3_server import serving_bucket
 from s3_throttle import faulty_proxy
@@ -113,9 +113,8 @@ def run_jobs(cwd: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_the_cli_on_a_bucket(s3, broker_stores, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """Load, check, maintain, SQL, a saved query and a trace on the bucket, from a
-    directory that stays empty; Spark's own Delta writer (``migrate``) is refused there in
-    one line."""
+    """Load, check, maintain, SQL, a saved query, a trace and a migration (delta-rs, no
+    Spark) on the bucket, from a directory that stays empty."""
     work = tmp_path / "cwd"
     work.mkdir()
     warehouse = ["--warehouse", "s3://lake/cli/"]
@@ -139,11 +138,22 @@ def test_the_cli_on_a_bucket(s3, broker_stores, tmp_path: Path) -> None:  # type
                       "ORDER BY physical_offset LIMIT 1").stdout.split()[1]
     traced = run_jobs(work, *warehouse, "trace", msg_id)
     assert traced.returncode == 0 and "TopicNormal" in traced.stdout, traced.stderr
-    refused = run_jobs(work, *warehouse, "migrate")  # Spark's own Delta writer: not here
-    assert refused.returncode == 3, refused.stderr
-    assert refused.stderr.splitlines()[-1].endswith(
-        "is in an object store, where Spark's Delta commits are not safe with other writers; "
-        "this command needs a local warehouse"), refused.stderr
+    # a table of an earlier major contract (unpartitioned): refused, then migrated in place
+    snapshots = table_location("s3://lake/cli", T.SNAPSHOTS)
+    rows = DeltaTable(snapshots).to_pyarrow_table()
+    write_deltalake(snapshots, rows, mode="overwrite", schema_mode="overwrite", partition_by=[])
+    DeltaTable(snapshots).alter.set_table_properties({"rmq.contract.version": "1.0.0"},
+                                                     raise_if_not_exists=False)
+    next_night = [*warehouse, "load", "--broker", "b1", "--snapshot-id", "s2", store]
+    refused = run_jobs(work, *next_night)
+    assert refused.returncode == 3 and "python -m jobs migrate" in refused.stderr, refused
+    migrated = run_jobs(work, *warehouse, "migrate")
+    assert migrated.returncode == 0, migrated.stderr
+    assert "rmq.snapshots: rewritten" in migrated.stdout, migrated.stdout
+    assert DeltaTable(snapshots).metadata().partition_columns == ["broker"]
+    assert sorted(DeltaTable(snapshots).to_pyarrow_table().to_pylist(), key=str) == \
+        sorted(rows.to_pylist(), key=str)
+    assert run_jobs(work, *next_night).returncode == 0
     assert list(work.iterdir()) == []
 
 

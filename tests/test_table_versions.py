@@ -14,7 +14,8 @@ from lakehouse import delta_rows, load
 
 from jobs.lakehouse import tables as T
 from jobs.lakehouse.contracts import Column, Contract, ContractError
-from jobs.lakehouse.delta_io import conform
+from jobs.lakehouse.history import ALL_ROWS_SUFFIX, OFFSET_COLUMNS
+from jobs.lakehouse.locations import open_delta_table
 from jobs.lakehouse.migrate import migrate_warehouse
 from jobs.lakehouse.table_versions import (
     CONTRACT_VERSION,
@@ -41,14 +42,28 @@ def previous_major(contract: Contract) -> Contract:
     return dataclasses.replace(contract, columns=columns, version="1.0.0")
 
 
+def conform(df, contract: Contract):  # type: ignore[no-untyped-def]
+    """``df`` with the contract's columns, in its order and types (a missing one null)."""
+    from pyspark.sql import functions as F
+
+    have = set(df.columns)
+    return df.select(*[
+        (F.col(f.name) if f.name in have else F.lit(None)).cast(f.dataType).alias(f.name)
+        for f in contract.spark_schema().fields])
+
+
 def downgrade(spark, registry: Registry, name: str) -> list[str]:  # type: ignore[no-untyped-def]
     """Rewrite a table as the previous major contract made it, with its rows; returns them."""
     table = registry[name]
     before = delta_rows(table.location)
     data = spark.read.format("delta").load(table.location).localCheckpoint()
     old = previous_major(table.contract)
-    registry.register_name(table)
-    spark.sql(old.create_table_sql(table.qualified_name, table.location, replace=True))
+    # Spark's REPLACE is refused on an append-only table, as delta-rs' overwrite is
+    spark.sql(f"ALTER TABLE delta.`{table.location}` SET TBLPROPERTIES "
+              "('delta.appendOnly' = 'false')")
+    registry.register_name(table)  # a fact table with a history as rmq.<table>_all
+    name = table.qualified_name + (ALL_ROWS_SUFFIX if name in OFFSET_COLUMNS else "")
+    spark.sql(old.create_table_sql(name, table.location, replace=True))
     conform(data, old).write.format("delta").mode("append").save(table.location)
     assert delta_rows(table.location) == before
     return before
@@ -71,7 +86,7 @@ def test_a_previous_major_is_refused_then_migrated_with_every_row(spark, loaded,
     with pytest.raises(ContractVersionError, match="python -m jobs migrate"):
         Registry(spark, registry.warehouse).ensure(names=False)
 
-    done = {m.table: m for m in migrate_warehouse(spark, registry.warehouse)}
+    done = {m.table: m for m in migrate_warehouse(registry.warehouse)}
     for name, before in kept.items():
         location = registry[name].location
         found = inspect_table(location)
@@ -84,7 +99,7 @@ def test_a_previous_major_is_refused_then_migrated_with_every_row(spark, loaded,
         assert registry.drift(name) == []
     assert {m.action for m in done.values()} <= {"rewritten", "unchanged"}
     # migrated: loads go on, and migrating again changes nothing
-    again = migrate_warehouse(spark, registry.warehouse)
+    again = migrate_warehouse(registry.warehouse)
     assert {m.action for m in again} == {"unchanged"}
     summary = load(spark, Path(registry.warehouse), BROKER, "s2",
                    broker_stores["v5-clean"] / "store")[1]
@@ -104,10 +119,49 @@ def test_a_migration_killed_half_way_is_finished_by_running_it_again(spark, load
     assert delta_rows(table.location) == []
     with pytest.raises(ContractVersionError, match="did not finish"):
         Registry(spark, registry.warehouse).ensure(names=False)
-    done = {m.table: m for m in migrate_warehouse(spark, registry.warehouse)}
+    done = {m.table: m for m in migrate_warehouse(registry.warehouse)}
     assert done[T.LOAD_STATE].action == "rewritten"
     assert delta_rows(table.location) == before
     assert inspect_table(table.location).migration_source is None
+
+
+class Killed(Exception):
+    """Where a test stops a migration, as a kill would."""
+
+
+def test_a_migration_killed_between_its_two_commits_is_finished_by_running_it_again(  # type: ignore[no-untyped-def]
+        spark, loaded, monkeypatch):
+    """A rewrite is one delta-rs commit (the new layout and every row), the contract's
+    version and properties a second. Killed between the two, the table already has its
+    layout and rows; the re-run records the version only. ``messages`` is append-only:
+    its overwrite lifts the property, and the record sets it again."""
+    from jobs.lakehouse import migrate
+
+    registry: Registry = loaded
+    table = registry[T.MESSAGES]
+    before = downgrade(spark, registry, T.MESSAGES)
+    assert inspect_table(table.location).partition_columns == ()
+
+    def killed(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise Killed()
+
+    with monkeypatch.context() as patched:
+        patched.setattr(migrate, "record_contract", killed)
+        with pytest.raises(Killed):
+            migrate_warehouse(registry.warehouse)
+    found = inspect_table(table.location)
+    assert found.partition_columns == tuple(table.contract.partition_columns)
+    assert found.recorded_version == "1.0.0"
+    assert delta_rows(table.location) == before
+    done = {m.table: m for m in migrate_warehouse(registry.warehouse)}
+    assert done[T.MESSAGES].action == "recorded"
+    assert {m.action for name, m in done.items() if name != T.MESSAGES} == {"unchanged"}
+    found = inspect_table(table.location)
+    assert found.recorded_version == table.contract.version
+    assert delta_rows(table.location) == before
+    assert registry.drift(T.MESSAGES) == []
+    properties = open_delta_table(table.location).metadata().configuration
+    assert properties["delta.appendOnly"] == "true"
 
 
 def test_a_minor_bump_adds_nullable_columns_in_place(spark, loaded):  # type: ignore[no-untyped-def]

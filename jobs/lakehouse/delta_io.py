@@ -1,40 +1,15 @@
-"""Spark's own Delta append, idempotent by Delta's own mechanism.
+"""SQL text for Spark.
 
-:func:`append_once`: a DataFrame appended with ``txnAppId``/``txnVersion``. Delta records
-the pair in the same atomic commit and skips a later write with a version it has already
-seen. The load no longer writes its facts this way (its executors write the files and the
-driver commits them: :mod:`jobs.lakehouse.staged_append`); bench/load_delta.py's floor and
-``pipeline-delta`` modes measure Spark's writer with it.
-
-Small rows (state, bookkeeping, check results) are written from the driver:
-:mod:`jobs.lakehouse.driver_rows`.
+Spark only *reads* the lakehouse's tables: every Delta commit is made by delta-rs
+(:mod:`jobs.lakehouse.driver_rows`, :mod:`jobs.lakehouse.staged_append`,
+:mod:`jobs.lakehouse.table_ddl`, :mod:`jobs.lakehouse.migrate`, the maintenance), whose
+commits are conditional writes that several writers, on several hosts and in an object
+store, can make at once. delta-spark commits to S3 with an unconditional PUT (its only S3
+log store is single-driver), so two of its writers can silently lose a commit there
+(docs/object-storage.md); tests/test_layering.py keeps Spark's writer out of ``jobs``.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
-
-if TYPE_CHECKING:
-    from jobs.lakehouse.contracts import Contract
-
-
-def append_once(df: DataFrame, location: str, app_id: str, version: int) -> None:
-    """Append ``df`` unless Delta already committed (app_id, version) to this table."""
-    (df.write.format("delta").mode("append")
-     .option("txnAppId", app_id).option("txnVersion", version)
-     .save(location))
-
-
-def conform(df: DataFrame, contract: Contract) -> DataFrame:
-    """``df`` with the contract's columns, in its order and types; a column ``df`` lacks
-    is null (NOT NULL is checked by Delta on write)."""
-    have = set(df.columns)
-    return df.select(*[
-        (F.col(f.name) if f.name in have else F.lit(None)).cast(f.dataType).alias(f.name)
-        for f in contract.spark_schema().fields])
 
 
 def sql_string(value: str) -> str:

@@ -9,8 +9,6 @@ process, ``spark`` always on Spark, ``auto`` in process up to a configured numbe
 
 from __future__ import annotations
 
-from jobs.lakehouse.locations import Location, UnsupportedLocationError
-
 SPARK, LOCAL, AUTO = "spark", "local", "auto"
 ENGINES = (AUTO, LOCAL, SPARK)
 MIB = 1 << 20
@@ -31,13 +29,3 @@ def runs_in_process(stage: str, setting: str, size_bytes: int, up_to_mib: int) -
         raise ValueError(f"{stage} engine {setting!r}: expected one of {', '.join(ENGINES)}")
     return setting == LOCAL or (setting == AUTO and size_bytes <= up_to_mib * MIB)
 
-
-def refuse_spark_commits_on(warehouse: str, what: str) -> None:
-    """Refuse, in one line and before any work, what would commit to a Delta table in an
-    object store through Spark's own writer: delta-spark commits with an unconditional PUT
-    (its only S3 log store is single-driver), so two writers at once can silently lose a
-    commit there (docs/object-storage.md). Spark reads such tables; delta-rs writes them."""
-    if not Location(str(warehouse)).is_local:
-        raise UnsupportedLocationError(
-            f"{what}: the warehouse {warehouse} is in an object store, where Spark's Delta "
-            "commits are not safe with other writers; this command needs a local warehouse")

@@ -7,11 +7,16 @@ Per table:
 * missing: created; one minor version behind: evolved in place (as any job would);
 * no recorded version, or another major, but already laid out and typed as the contract
   says: only the version is recorded (one metadata commit, no data rewritten);
-* otherwise rewritten in place: the table is replaced by the contract's definition and
-  the rows of its last version are copied in (time travel still reaches the old layout
-  until VACUUM removes it). The Delta version the rows come from is kept in the table
-  property ``rmq.migration.source_version`` until the copy is done, so a migration killed
-  half way is finished by running the command again.
+* otherwise rewritten in place by delta-rs, in one commit: an overwrite that replaces the
+  table's schema and partitioning with the contract's and its files with the rows of its
+  last version, conformed (time travel still reaches the old layout until VACUUM removes
+  it). A second commit records the contract's version and properties; a migration killed
+  between the two finds the table already conforming and records the version only.
+
+No Spark: delta-rs commits with conditional writes, so it runs on a local warehouse and
+in an object store alike (docs/object-storage.md), and starts no JVM. A table left half
+way by the Spark migration of earlier versions (the Delta version its rows come from in
+the property ``rmq.migration.source_version``) is finished from that version.
 
 Re-running it changes nothing.
 """
@@ -19,14 +24,13 @@ Re-running it changes nothing.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-
-from pyspark.sql import SparkSession
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from jobs.lakehouse.contracts import CONTRACT_VERSION, schema_drift
-from jobs.lakehouse.delta_io import conform
-from jobs.lakehouse.engine_choice import refuse_spark_commits_on
+from jobs.lakehouse.locations import delta_storage_options, open_delta_table
 from jobs.lakehouse.table_versions import (
     MIGRATION_SOURCE,
     Action,
@@ -35,9 +39,15 @@ from jobs.lakehouse.table_versions import (
     decide,
     inspect_table,
 )
-from jobs.lakehouse.tables import DATABASE, Registry, Table, on_disk_schema
+from jobs.lakehouse.tables import Registry, Table, on_disk_schema
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from jobs.lakehouse.contracts import Contract
 
 log = logging.getLogger(__name__)
+APPEND_ONLY = "delta.appendOnly"
 
 
 class MigrationError(RuntimeError):
@@ -54,22 +64,19 @@ class Migrated:
     rows: int | None = None
 
 
-def migrate_warehouse(spark: SparkSession, warehouse: str | None = None,
+def migrate_warehouse(warehouse: str | Path,
                       progress: Callable[[str], None] = log.info) -> list[Migrated]:
-    """Migrate every table of the warehouse (the session's by default)."""
-    registry = Registry(spark, warehouse)
-    refuse_spark_commits_on(registry.warehouse, "jobs migrate")
-    spark.sql(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
+    """Migrate every table of the warehouse."""
+    registry = Registry(None, warehouse)
     done = []
     for table in registry.tables.values():
-        result = migrate_table(spark, registry, table)
+        result = migrate_table(registry, table)
         progress(f"{table.qualified_name}: {result.action} ({result.detail})")
         done.append(result)
-    registry.ensure()  # register the names of the migrated tables
     return done
 
 
-def migrate_table(spark: SparkSession, registry: Registry, table: Table) -> Migrated:
+def migrate_table(registry: Registry, table: Table) -> Migrated:
     found = inspect_table(table.location)
     action, reason = decide(table.contract, found)
     if action is Action.TOO_NEW:
@@ -78,12 +85,11 @@ def migrate_table(spark: SparkSession, registry: Registry, table: Table) -> Migr
         registry.bring_to_contract(table)
         verb = {Action.CREATE: "created", Action.EVOLVE: "evolved"}.get(action, "unchanged")
         return Migrated(table.name, verb, reason)
-    path = f"delta.`{table.location}`"
     if found.migration_source is None and _already_conforms(table, found):
-        spark.sql(f"ALTER TABLE {path} SET TBLPROPERTIES "
-                  f"('{CONTRACT_VERSION}' = '{table.contract.version}')")
+        record_contract(table.location, table.contract, found)
         return Migrated(table.name, "recorded", f"{reason}; the layout already conforms")
-    rows = _rewrite(spark, registry, table, found)
+    rows = _rewrite(table, found)
+    record_contract(table.location, table.contract, found)
     return Migrated(table.name, "rewritten", reason, rows)
 
 
@@ -93,27 +99,62 @@ def _already_conforms(table: Table, found: TableInspection) -> bool:
     return not schema_drift(table.contract, on_disk_schema(table.location))
 
 
-def _rewrite(spark: SparkSession, registry: Registry, table: Table,
-             found: TableInspection) -> int:
-    """Replace the table by its contract's definition and copy the old rows in."""
+def _rewrite(table: Table, found: TableInspection) -> int:
+    """Overwrite the table with its rows as of the source version, in the contract's
+    schema and partitioning: one commit. The number of rows written."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
     source = found.migration_source if found.migration_source is not None \
         else found.delta_version
-    old = spark.read.format("delta").option("versionAsOf", source).load(table.location)
-    extra = [name for name in old.columns
+    old = open_delta_table(table.location)
+    old.load_as_version(source)
+    rows = old.to_pyarrow_dataset()
+    extra = [name for name in rows.schema.names
              if name not in {c.name for c in table.contract.columns}]
     if extra:
         raise MigrationError(
             f"{table.qualified_name}: column(s) {', '.join(extra)} are not in contract "
             f"{table.contract.version}; dropping data needs a migration step of its own")
-    expected = old.count()
-    name = table.qualified_name
-    registry.register_name(table)  # REPLACE needs the name to describe the table as it is
-    spark.sql(table.contract.create_table_sql(
-        name, table.location, replace=True, extra_properties={MIGRATION_SOURCE: str(source)}))
-    conform(old, table.contract).write.format("delta").mode("append").save(table.location)
-    copied = spark.read.format("delta").load(table.location).count()
+    expected = rows.count_rows()
+    if (old.metadata().configuration or {}).get(APPEND_ONLY) == "true":
+        # an overwrite is refused on an append-only table: lifted for it, set again by
+        # record_contract (a migration killed between them rewrites again, then sets it)
+        old.alter.set_table_properties({APPEND_ONLY: "false"})
+    schema = table.contract.arrow_schema(comments=True)
+    write_deltalake(str(table.location),
+                    pa.RecordBatchReader.from_batches(schema, _conformed(rows, schema)),
+                    mode="overwrite", schema_mode="overwrite",
+                    # a list, even empty: None would keep the old table's partitioning
+                    partition_by=list(table.contract.partition_columns),
+                    storage_options=delta_storage_options(table.location))
+    copied = open_delta_table(table.location).to_pyarrow_dataset().count_rows()
     if copied != expected:
-        raise MigrationError(f"{name}: copied {copied} rows of {expected} from Delta version "
-                             f"{source}; run the migration again")
-    spark.sql(f"ALTER TABLE delta.`{table.location}` UNSET TBLPROPERTIES ('{MIGRATION_SOURCE}')")
+        raise MigrationError(f"{table.qualified_name}: copied {copied} rows of {expected} "
+                             f"from Delta version {source}; run the migration again")
     return copied
+
+
+def _conformed(rows: pa.dataset.Dataset, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """``rows``' batches with the contract's columns, in its order and types; a column the
+    old table lacks is null (a NOT NULL one fails the write: delta-rs checks it)."""
+    import pyarrow as pa
+
+    for batch in rows.to_batches():
+        have = set(batch.schema.names)
+        yield pa.RecordBatch.from_arrays(
+            [batch.column(field.name).cast(field.type) if field.name in have
+             else pa.nulls(batch.num_rows, field.type) for field in schema], schema=schema)
+
+
+def record_contract(location: str, contract: Contract, found: TableInspection) -> None:
+    """Record the contract's version, properties and description on the table (one
+    commit). Delta has no way to remove a property through delta-rs: a finished migration
+    of the Spark era's leaves ``rmq.migration.source_version`` empty, which means none."""
+    table = open_delta_table(location)
+    properties = {**contract.table_properties, CONTRACT_VERSION: contract.version}
+    if found.migration_source is not None:
+        properties[MIGRATION_SOURCE] = ""
+    table.alter.set_table_properties(properties, raise_if_not_exists=False)
+    if contract.description and table.metadata().description != contract.description:
+        table.alter.set_table_description(contract.description)

@@ -66,7 +66,7 @@ def inspect_table(location: str | Path) -> TableInspection:
         partition_columns=tuple(metadata.partition_columns),
         columns=tuple(field.name for field in table.schema().fields),
         delta_version=table.version(),
-        migration_source=int(source) if source is not None else None,
+        migration_source=int(source) if source else None,  # "": finished (migrate.py)
     )
 
 
