@@ -13,6 +13,7 @@ Every import in ``rmqlib/`` and ``jobs/`` (module level, inside functions, under
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -170,3 +171,53 @@ def test_every_public_name_resolves_to_its_home() -> None:
     for name in rmqlib.__all__:
         home = importlib.import_module(rmqlib._HOMES[name])
         assert getattr(rmqlib, name) is getattr(home, name), name
+
+
+#: SQL that makes Spark commit to a Delta table.
+SPARK_DELTA_WRITE = re.compile(
+    r"\b(INSERT\s+INTO|MERGE\s+INTO|UPDATE\s+\S+\s+SET|DELETE\s+FROM|CREATE\s+OR\s+REPLACE"
+    r"\s+TABLE|ALTER\s+TABLE|OPTIMIZE|VACUUM)\b", re.IGNORECASE)
+
+
+def spark_delta_writes(source: str) -> list[str]:
+    """The calls in ``source`` that would make Spark commit to a Delta table."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        text, attr = ast.unparse(node), node.func.attr
+        writer = attr == "writeTo" or (attr in ("save", "saveAsTable", "insertInto")
+                                       and ".write" in ast.unparse(node.func.value))
+        if writer or (attr == "sql" and SPARK_DELTA_WRITE.search(text)):
+            found.append(f"line {node.lineno}: {text[:120]}")
+    return found
+
+
+@pytest.mark.parametrize("path", [p for p in package_modules()
+                                  if module_name(p).startswith("jobs.")],
+                         ids=lambda p: module_name(p))
+def test_spark_never_commits_to_a_delta_table(path: Path) -> None:
+    """Every Delta commit of the jobs is delta-rs' (conditional writes, safe with writers
+    on other hosts and in a bucket); Spark's writer commits to S3 with an unconditional
+    PUT (docs/object-storage.md). No code in ``jobs`` may call Spark's writers
+    (``save``, ``saveAsTable``, ``insertInto``, ``writeTo``) or send it SQL that writes."""
+    assert spark_delta_writes(path.read_text()) == []
+
+
+@pytest.mark.parametrize("source", [
+    'df.write.format("delta").mode("append").save(location)',
+    'df.write.saveAsTable("rmq.t")',
+    'df.writeTo("rmq.t").append()',
+    'spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES (\'a\' = \'b\')")',
+    'spark.sql("CREATE OR REPLACE TABLE rmq.t (a INT) USING DELTA")',
+    'spark.sql("DELETE FROM rmq.t WHERE broker = \'b\'")',
+])
+def test_the_spark_writer_rule_catches_each_writer(source: str) -> None:
+    assert len(spark_delta_writes(source)) == 1
+
+
+def test_the_spark_writer_rule_lets_reads_and_names_through() -> None:
+    assert spark_delta_writes(
+        'spark.read.format("delta").load(p)\n'
+        'spark.sql("CREATE TABLE rmq.t USING DELTA LOCATION \'/w/t\'")\n'
+        'spark.sql("SELECT * FROM rmq.t")\ncontext.variables.save()') == []
