@@ -484,6 +484,7 @@ class _GroupLag:
     queues: int = 0
     oldest_seconds: float | None = None
     oldest_at: str = ""
+    oldest_queue: tuple[str, int] = ("", 0)  # (topic, queue) of oldest_at: ties go to the first
     lost: int = 0
     lost_queues: int = 0
     lost_topics: set[str] = field(default_factory=set)
@@ -494,9 +495,13 @@ class _GroupLag:
         if messages > 0:
             self.messages += messages
             self.queues += 1
-        seconds = row.get("lag_seconds")
-        if seconds is not None and (self.oldest_seconds is None or seconds > self.oldest_seconds):
-            self.oldest_seconds, self.oldest_at = seconds, where
+        seconds, queue = row.get("lag_seconds"), (str(row["topic"]), int(row["queue_id"]))
+        # The oldest queue; of queues equally old, the first by topic and queue id, so that
+        # the alert's text does not depend on the order the rows were read in.
+        if seconds is not None and (self.oldest_seconds is None or seconds > self.oldest_seconds
+                                    or (seconds == self.oldest_seconds
+                                        and queue < self.oldest_queue)):
+            self.oldest_seconds, self.oldest_at, self.oldest_queue = seconds, where, queue
         if row.get("status") == "below_min":
             self.lost += row.get("lost_messages") or 0
             self.lost_queues += 1
