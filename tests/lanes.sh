@@ -4,8 +4,8 @@
 # Lane A holds the tests that mostly wait: Airflow DAG runs (task start-ups, sshd, an
 # api-server, a killed task's heartbeat, a scheduler's fleet run), the standalone Spark
 # cluster (master and worker JVMs starting), SFTP snapshots, the S3 server's tests (a
-# fleet's nights on the bucket), and two Spark modules with their own warehouses
-# (incremental loads, Great Expectations) that balance the lanes' lengths. Lane B, everything else, fills the two cores meanwhile. Each lane has its own
+# fleet's nights on the bucket), and a Spark module with its own warehouse
+# (incremental loads) that balances the lanes' lengths. Lane B, everything else, fills the two cores meanwhile. Each lane has its own
 # temp dir, Airflow home and Spark session; ports are picked free at run
 # time and the broker stores are built before either lane starts. Lane A's output is
 # printed after lane B's. Exit status: the worse of the two (pytest's 5, "no tests
@@ -13,7 +13,7 @@
 set -uo pipefail
 PY=${1:?usage: tests/lanes.sh PYTHON}
 LANE_A=(tests/test_dag.py tests/test_fleet_dag.py tests/test_cluster.py
-        tests/test_snapshot.py tests/test_load_incremental.py tests/test_expectations.py
+        tests/test_snapshot.py tests/test_load_incremental.py
         tests/test_driver_rows.py tests/test_rocksdb_pipeline.py
         tests/test_compaction_pipeline.py tests/test_controller_pipeline.py
         tests/test_load_rewrites.py tests/test_changing_pipeline.py
