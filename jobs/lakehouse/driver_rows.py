@@ -80,8 +80,10 @@ def files_predicate(equal: Mapping[str, object]) -> str | None:
     return " AND ".join(terms) or None
 
 
-def arrow_dataset(location: str | Path, files_where: str | None = None) -> ds.Dataset:
-    """The current version of an existing Delta table as a pyarrow dataset; ``files_where``:
+def arrow_dataset(location: str | Path, files_where: str | None = None,
+                  version: int | None = None) -> ds.Dataset:
+    """The current version (or ``version``) of an existing Delta table as a pyarrow
+    dataset; ``files_where``:
     a SQL predicate that leaves out the files whose partition values and statistics in the
     Delta log cannot satisfy it (no file is opened to decide).
 
@@ -104,6 +106,8 @@ def arrow_dataset(location: str | Path, files_where: str | None = None) -> ds.Da
     from pyarrow import fs
 
     where, table = Location(str(location)), open_delta_table(location)
+    if version is not None:
+        table.load_as_version(version)
     if not where.is_local:
         return table.to_pyarrow_dataset(filesystem=object_store_filesystem(table),
                                          file_pruning_predicate=files_where)

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jobs.lakehouse.contracts import CONTRACT_VERSION, schema_drift
+from jobs.lakehouse.driver_rows import arrow_dataset
 from jobs.lakehouse.locations import delta_storage_options, open_delta_table
 from jobs.lakehouse.table_versions import (
     MIGRATION_SOURCE,
@@ -107,9 +108,7 @@ def _rewrite(table: Table, found: TableInspection) -> int:
 
     source = found.migration_source if found.migration_source is not None \
         else found.delta_version
-    old = open_delta_table(table.location)
-    old.load_as_version(source)
-    rows = old.to_pyarrow_dataset()
+    rows = arrow_dataset(table.location, version=source)
     extra = [name for name in rows.schema.names
              if name not in {c.name for c in table.contract.columns}]
     if extra:
@@ -117,10 +116,11 @@ def _rewrite(table: Table, found: TableInspection) -> int:
             f"{table.qualified_name}: column(s) {', '.join(extra)} are not in contract "
             f"{table.contract.version}; dropping data needs a migration step of its own")
     expected = rows.count_rows()
-    if (old.metadata().configuration or {}).get(APPEND_ONLY) == "true":
+    current = open_delta_table(table.location)
+    if (current.metadata().configuration or {}).get(APPEND_ONLY) == "true":
         # an overwrite is refused on an append-only table: lifted for it, set again by
         # record_contract (a migration killed between them rewrites again, then sets it)
-        old.alter.set_table_properties({APPEND_ONLY: "false"})
+        current.alter.set_table_properties({APPEND_ONLY: "false"})
     schema = table.contract.arrow_schema(comments=True)
     write_deltalake(str(table.location),
                     pa.RecordBatchReader.from_batches(schema, _conformed(rows, schema)),
@@ -128,7 +128,7 @@ def _rewrite(table: Table, found: TableInspection) -> int:
                     # a list, even empty: None would keep the old table's partitioning
                     partition_by=list(table.contract.partition_columns),
                     storage_options=delta_storage_options(table.location))
-    copied = open_delta_table(table.location).to_pyarrow_dataset().count_rows()
+    copied = arrow_dataset(table.location).count_rows()
     if copied != expected:
         raise MigrationError(f"{table.qualified_name}: copied {copied} rows of {expected} "
                              f"from Delta version {source}; run the migration again")
