@@ -123,7 +123,8 @@ def _parser() -> argparse.ArgumentParser:
     maintain.add_argument("--time-travel-days", type=float, default=7.0,
                           help="VACUUM keeps every table version this many days (default 7)")
     commands.add_parser("migrate", help="bring every table to this code's data contracts "
-                        "(after an upgrade; run with no load or check running)")
+                        "(delta-rs, no Spark; after an upgrade, with no load or check "
+                        "running)")
 
     summary = commands.add_parser("summary", help="what a pipeline run left: tables, checks, "
                                   "lag, alerts (read without Spark)")
