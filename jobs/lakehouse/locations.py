@@ -382,7 +382,7 @@ def delta_storage_options(location: str | Path | Location) -> dict[str, str] | N
     retried for :func:`retry_seconds`). The credentials and endpoint are not here: delta-rs
     reads them from the ``AWS_*`` environment. Without these options delta-rs gives up on
     a store that does not answer after about 1.7 s (measured, deltalake 1.6.6)."""
-    if warehouse_location(location, "table").is_local:
+    if Location(str(location)).is_local:
         return None
     return {"max_retries": str(MAX_RETRIES),
             "retry_timeout": f"{round(retry_seconds() * 1000)}ms",

@@ -29,11 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from jobs.lakehouse.contracts import CONTRACT_VERSION, schema_drift
+from jobs.lakehouse.contracts import schema_drift
 from jobs.lakehouse.driver_rows import arrow_dataset
 from jobs.lakehouse.locations import delta_storage_options, open_delta_table
+from jobs.lakehouse.table_ddl import record_contract
 from jobs.lakehouse.table_versions import (
-    MIGRATION_SOURCE,
     Action,
     ContractVersionError,
     TableInspection,
@@ -44,8 +44,6 @@ from jobs.lakehouse.tables import Registry, Table, on_disk_schema
 
 if TYPE_CHECKING:
     import pyarrow as pa
-
-    from jobs.lakehouse.contracts import Contract
 
 log = logging.getLogger(__name__)
 APPEND_ONLY = "delta.appendOnly"
@@ -87,10 +85,11 @@ def migrate_table(registry: Registry, table: Table) -> Migrated:
         verb = {Action.CREATE: "created", Action.EVOLVE: "evolved"}.get(action, "unchanged")
         return Migrated(table.name, verb, reason)
     if found.migration_source is None and _already_conforms(table, found):
-        record_contract(table.location, table.contract, found)
+        record_contract(table.location, table.contract)
         return Migrated(table.name, "recorded", f"{reason}; the layout already conforms")
     rows = _rewrite(table, found)
-    record_contract(table.location, table.contract, found)
+    record_contract(table.location, table.contract,
+                    finish_migration=found.migration_source is not None)
     return Migrated(table.name, "rewritten", reason, rows)
 
 
@@ -146,15 +145,3 @@ def _conformed(rows: pa.dataset.Dataset, schema: pa.Schema) -> Iterator[pa.Recor
             [batch.column(field.name).cast(field.type) if field.name in have
              else pa.nulls(batch.num_rows, field.type) for field in schema], schema=schema)
 
-
-def record_contract(location: str, contract: Contract, found: TableInspection) -> None:
-    """Record the contract's version, properties and description on the table (one
-    commit). Delta has no way to remove a property through delta-rs: a finished migration
-    of the Spark era's leaves ``rmq.migration.source_version`` empty, which means none."""
-    table = open_delta_table(location)
-    properties = {**contract.table_properties, CONTRACT_VERSION: contract.version}
-    if found.migration_source is not None:
-        properties[MIGRATION_SOURCE] = ""
-    table.alter.set_table_properties(properties, raise_if_not_exists=False)
-    if contract.description and table.metadata().description != contract.description:
-        table.alter.set_table_description(contract.description)

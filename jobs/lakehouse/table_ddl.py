@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from jobs.lakehouse.contracts import CONTRACT_VERSION
 from jobs.lakehouse.locations import delta_storage_options, open_delta_table
+from jobs.lakehouse.table_versions import MIGRATION_SOURCE
 
 if TYPE_CHECKING:
     from jobs.lakehouse.contracts import Column, Contract
@@ -54,3 +55,18 @@ def evolve_table(contract: Contract, location: str, new: list[Column]) -> None:
                                  contract.arrow_schema(comments=True) if field.name in added])
     table.alter.set_table_properties({CONTRACT_VERSION: contract.version},
                                      raise_if_not_exists=False)
+
+
+def record_contract(location: str, contract: Contract, *,
+                    finish_migration: bool = False) -> None:
+    """Record the contract's version, properties and description on the table (one
+    commit), as ``jobs migrate`` does after a rewrite. ``finish_migration``: the table
+    carries the Spark-era migration's source version; delta-rs cannot remove a property,
+    so it is left empty, which means none (:func:`table_versions.inspect_table`)."""
+    table = open_delta_table(location)
+    properties = {**contract.table_properties, CONTRACT_VERSION: contract.version}
+    if finish_migration:
+        properties[MIGRATION_SOURCE] = ""
+    table.alter.set_table_properties(properties, raise_if_not_exists=False)
+    if contract.description and table.metadata().description != contract.description:
+        table.alter.set_table_description(contract.description)

@@ -26,6 +26,7 @@ from deltalake.writer import WriterProperties
 
 from jobs.lakehouse.driver_rows import append_rows_once, committed
 from jobs.lakehouse.engine_choice import LOCAL, SPARK, runs_in_process
+from jobs.lakehouse.locations import open_delta_table
 from jobs.lakehouse.staged_append import (
     StagedLayout,
     clear_staging,
@@ -154,8 +155,6 @@ def pack_tasks(tasks: list[Task], target_bytes: int, min_groups: int) -> list[li
 def staged_layout(location: str, contract: Contract) -> StagedLayout:
     """How the tasks write ``location``'s files: the contract's columns and partitioning,
     the table's own statistics settings, zstd as the in-process load writes."""
-    from jobs.lakehouse.locations import open_delta_table
-
     return StagedLayout(contract.arrow_schema(), tuple(contract.partition_columns),
                         statistics_settings(open_delta_table(location).metadata().configuration))
 

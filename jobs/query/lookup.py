@@ -30,6 +30,7 @@ from pathlib import Path
 
 from jobs.lakehouse import tables as T
 from jobs.lakehouse.driver_rows import exists
+from jobs.lakehouse.locations import open_delta_table
 from jobs.lakehouse.message_lookup import (
     KINDS,
     MSG_ID,
@@ -150,8 +151,6 @@ def unindexed_snapshots(query: Query, warehouse: Path) -> list[str] | None:
     there is no lookup table at all. The snapshots are read through ``query`` (the
     engine at hand): reading them with pyarrow's dataset API would import pandas, a
     second of a lookup's start-up."""
-    from jobs.lakehouse.locations import open_delta_table
-
     location = table_location(warehouse, T.MESSAGE_LOOKUP)
     if not exists(location):
         return None

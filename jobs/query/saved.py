@@ -57,13 +57,12 @@ def newest_partition_date(warehouse: Path | str, table: str, column: str) -> dat
     import pyarrow as pa
 
     from jobs.lakehouse.driver_rows import exists
+    from jobs.lakehouse.locations import open_delta_table
     from jobs.lakehouse.tables import table_location
 
     location = table_location(warehouse, table)
     if not exists(location):
         return None
-    from jobs.lakehouse.locations import open_delta_table
-
     actions = pa.RecordBatchReader.from_stream(
         open_delta_table(location).get_add_actions(flatten=True)).read_all()
     name = f"partition.{column}"
