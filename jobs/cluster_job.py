@@ -44,7 +44,8 @@ from jobs.lakehouse.locations import Location, checks_directory, warehouse_locat
 from jobs.lakehouse.tables import Registry
 from jobs.pipeline_config import BrokerSource
 from jobs.report.cluster_page import ClusterBroker, write_cluster_report
-from jobs.snapshot.manifest import Manifest, snapshot_dir
+from jobs.snapshot.manifest import Manifest
+from jobs.snapshot.roots import snapshots_at
 
 log = logging.getLogger(__name__)
 OFFSETS_FILE = "config/consumerOffset.json"
@@ -62,7 +63,7 @@ class ClusterOutcome:
 
 
 def check_cluster_night(warehouse: Path | Location, cluster: str, brokers: Sequence[BrokerSource],
-                  snapshot_id: str, snapshot_root: Path, *,
+                  snapshot_id: str, snapshot_root: Path | Location, *,
                   rules_path: Path = DEFAULT_CONFIG, output: Path | None = None,
                   now: datetime | None = None) -> ClusterOutcome:
     """Judge the cluster's night ``snapshot_id``; idempotent per night."""
@@ -92,24 +93,25 @@ def check_cluster_night(warehouse: Path | Location, cluster: str, brokers: Seque
     return outcome
 
 
-def replica_pair(snapshot_root: Path, cluster: str, slave: BrokerSource, snapshot_id: str,
-                 loaded: dict[str, dict]) -> ReplicaPair:
-    """The slave's and its master's snapshot directories of the night, and when the slave's
-    consumer offsets were last written (from its snapshot manifest)."""
+def replica_pair(snapshot_root: Path | Location, cluster: str, slave: BrokerSource,
+                 snapshot_id: str, loaded: dict[str, dict]) -> ReplicaPair:
+    """The slave's and its master's snapshot directories of the night (local, or this
+    host's mirror of a bucket's), and when the slave's consumer offsets were last written
+    (from its snapshot manifest)."""
+    snapshots = snapshots_at(snapshot_root)
     master = slave.master or ""
-    slave_dir = snapshot_dir(snapshot_root, slave.name, snapshot_id)
-    master_dir = snapshot_dir(snapshot_root, master, snapshot_id)
-    master_store = master_dir / "store" if master in loaded and (master_dir / "store").is_dir() \
-        else None
-    return ReplicaPair(cluster, slave.name, master, snapshot_id, slave_dir / "store",
-                       master_store, loaded[slave.name].get("taken_at"),
-                       _written_at(slave_dir / "manifest.json", OFFSETS_FILE))
+    master_store = snapshots.local_store(master, snapshot_id) \
+        if master in loaded and snapshots.manifest(master, snapshot_id) else None
+    return ReplicaPair(cluster, slave.name, master, snapshot_id,
+                       snapshots.local_store(slave.name, snapshot_id), master_store,
+                       loaded[slave.name].get("taken_at"),
+                       _written_at(snapshots.manifest(slave.name, snapshot_id), OFFSETS_FILE))
 
 
-def _written_at(manifest: Path, relative: str) -> datetime | None:
-    if not manifest.is_file():
+def _written_at(manifest: Manifest | None, relative: str) -> datetime | None:
+    if manifest is None:
         return None
-    entry = next((f for f in Manifest.load(manifest).files if f.path == relative), None)
+    entry = next((f for f in manifest.files if f.path == relative), None)
     return datetime.fromtimestamp(entry.mtime_ns / 1e9, UTC) if entry else None
 
 

@@ -18,9 +18,8 @@ from typing import TYPE_CHECKING, Any
 from jobs.lakehouse import tables as T
 from jobs.lakehouse.tables import Registry
 from jobs.pipeline_config import SLAVE, BrokerSource, PipelineConfig
-from jobs.snapshot.copier import SnapshotError, SnapshotInPastError, take_snapshot
-from jobs.snapshot.manifest import snapshot_store
-from jobs.snapshot.retention import clean_up_snapshots
+from jobs.snapshot.copier import SnapshotError, SnapshotInPastError
+from jobs.snapshot.roots import LocalSnapshots, snapshots_at
 from jobs.snapshot.sources import LocalSource, SourceError, StoreSource
 
 if TYPE_CHECKING:  # the DAG file imports this module while parsing: keep pyspark out
@@ -73,8 +72,8 @@ def snapshot_broker(config: PipelineConfig, broker: BrokerSource, snapshot_id: s
     local store path (the DAG passes an SFTP source for brokers on other hosts)."""
     source = source or LocalSource(resolve_store(broker.store))
     try:
-        manifest = take_snapshot(source, config.snapshot_root, broker.name, snapshot_id,
-                                 progress=_say(broker.name))
+        manifest = snapshots_at(config.snapshot_root).take(source, broker.name, snapshot_id,
+                                                           progress=_say(broker.name))
     except SnapshotInPastError as error:
         raise StepSkipped(str(error), permanent=True) from error
     except (SnapshotError, SourceError) as error:
@@ -85,12 +84,25 @@ def snapshot_broker(config: PipelineConfig, broker: BrokerSource, snapshot_id: s
     return {
         "broker": broker.name, "snapshot_id": snapshot_id,
         "cluster": broker.cluster_name, "role": broker.role, "master": broker.master,
-        "store": str(snapshot_store(config.snapshot_root, broker.name, snapshot_id)),
+        "store": snapshots_at(config.snapshot_root).describe(broker.name, snapshot_id),
         "taken_at": manifest.started_at, "existing": manifest.existing,
         "files": len(manifest.files), "from_broker_bytes": manifest.from_broker,
         "reused_bytes": manifest.reused, "linked_files": manifest.count("linked"),
         "zero_tail_bytes": manifest.zero_tail_bytes, "notes": manifest.notes,
     }
+
+
+def snapshot_store_of(config: PipelineConfig, snapshot: dict[str, Any]) -> Path:
+    """The local directory of a snapshot step's snapshot: where it was taken, or (in a
+    bucket) this host's mirror of it, downloaded as needed (jobs.snapshot.bucket)."""
+    snapshots = snapshots_at(config.snapshot_root)
+    if isinstance(snapshots, LocalSnapshots):
+        return Path(snapshot["store"])
+    try:
+        return snapshots.local_store(snapshot["broker"], snapshot["snapshot_id"],
+                                     progress=_say(snapshot["broker"]))
+    except SnapshotError as error:
+        raise StepError(str(error)) from error
 
 
 def resolve_store(store: str) -> Path:
@@ -119,7 +131,8 @@ def load_broker(start_spark: Callable[[], SparkSession], config: PipelineConfig,
     spark = SparkOnDemand(start_spark)  # started only if the load needs Spark
     try:
         with ConsoleProgress(spark, stream=_LogLines(broker)) as progress:
-            summary = load_snapshot(spark, broker, snapshot_id, snapshot["store"], options,
+            summary = load_snapshot(spark, broker, snapshot_id,
+                                    snapshot_store_of(config, snapshot), options,
                                     registry=registry_for(None, config), progress=progress)
     except LoadRefusedError as error:
         raise StepError(f"{broker}: load of snapshot {snapshot_id} refused: {error}",
@@ -245,10 +258,14 @@ def maintain_broker(config: PipelineConfig, checked: dict[str, Any]) -> dict[str
 
 
 def clean_up_broker(config: PipelineConfig, broker: str, snapshot_id: str) -> dict[str, Any]:
-    result = clean_up_snapshots(config.snapshot_root, broker, snapshot_id,
-                                config.retention_days)
+    result = snapshots_at(config.snapshot_root).clean_up(broker, snapshot_id,
+                                                         config.retention_days)
     log.info("%s: snapshots removed (older than %g days): %s; kept: %s", broker,
              config.retention_days, ", ".join(result.removed) or "none",
              ", ".join(result.kept) or "none")
+    if result.objects_removed:
+        log.info("%s: %d object(s) no kept snapshot names deleted from the bucket", broker,
+                 result.objects_removed)
     return {"broker": broker, "snapshot_id": snapshot_id, "removed": result.removed,
-            "kept": result.kept, "partials_removed": result.partials_removed}
+            "kept": result.kept, "partials_removed": result.partials_removed,
+            "objects_removed": result.objects_removed}

@@ -2,7 +2,8 @@
 
 ```yaml
 schedule: "0 2 * * *"            # cron, UTC
-snapshot_root: .cache/snapshots  # relative paths are relative to the repository
+snapshot_root: .cache/snapshots  # relative paths are relative to the repository; or
+                                 # s3://bucket/prefix ($RMQ_SNAPSHOT_ROOT overrides it)
 warehouse: .cache/warehouse
 retention_days: 7                # snapshots older than this are deleted (never the newest)
 retries: 2                       # per task, with exponential backoff from retry_delay_s
@@ -101,7 +102,7 @@ class BrokerSource:
 @dataclass(frozen=True)
 class PipelineConfig:
     schedule: str
-    snapshot_root: Path
+    snapshot_root: Path | Location  # a local directory, or an object-store location
     warehouse: Path | Location  # a local directory, or an object-store location
     retention_days: float
     retries: int
@@ -161,9 +162,13 @@ def load_config(path: str | Path | None = None) -> PipelineConfig:
         if os.environ.get("RMQ_WAREHOUSE") else warehouse_at(
             os.path.expanduser(str(document.get("warehouse", ".cache/warehouse"))),
             f"{path}: warehouse", REPO_ROOT)
+    snapshot_root = warehouse_at(os.environ["RMQ_SNAPSHOT_ROOT"], "RMQ_SNAPSHOT_ROOT",
+                                 Path.cwd()) if os.environ.get("RMQ_SNAPSHOT_ROOT") else \
+        warehouse_at(os.path.expanduser(str(document.get("snapshot_root", ".cache/snapshots"))),
+                     f"{path}: snapshot_root", REPO_ROOT)
     return PipelineConfig(
         schedule=str(document.get("schedule", "0 2 * * *")),
-        snapshot_root=where("snapshot_root", ".cache/snapshots"),
+        snapshot_root=snapshot_root,
         warehouse=warehouse,
         retention_days=_number(path, document, "retention_days", 7),
         retries=int(_number(path, document, "retries", 2)),
@@ -189,8 +194,8 @@ def load_config(path: str | Path | None = None) -> PipelineConfig:
 
 
 def warehouse_at(location: str, what: str, base: Path) -> Path | Location:
-    """The warehouse: an ``s3://`` URI, or a directory (a relative one below ``base``);
-    another URI is refused (jobs.lakehouse.locations)."""
+    """The warehouse (or the snapshot root): an ``s3://`` URI, or a directory (a relative
+    one below ``base``); another URI is refused (jobs.lakehouse.locations)."""
     try:
         if not is_uri(location) and not Path(location).is_absolute():
             location = str(base / location)

@@ -16,7 +16,7 @@ from jobs.lakehouse import tables as T
 from jobs.lakehouse.driver_rows import arrow_dataset, exists, read_rows
 from jobs.lakehouse.tables import table_location
 from jobs.pipeline_config import PipelineConfig
-from jobs.snapshot.manifest import MANIFEST, Manifest, snapshot_dir
+from jobs.snapshot.roots import snapshots_at
 
 LAG_ROWS = 12
 
@@ -35,9 +35,8 @@ def _count(warehouse: Path, table: str) -> int | None:
 def format_run_summary(config: PipelineConfig, broker: str, snapshot_id: str) -> str:
     warehouse = config.warehouse
     lines = [f"== rmq_nightly: broker {broker}, snapshot {snapshot_id}"]
-    manifest_path = snapshot_dir(config.snapshot_root, broker, snapshot_id) / MANIFEST
-    if manifest_path.is_file():
-        manifest = Manifest.load(manifest_path)
+    manifest = snapshots_at(config.snapshot_root).manifest(broker, snapshot_id)
+    if manifest is not None:
         lines.append(manifest.summary())
         lines += [f"  note: {note}" for note in manifest.notes]
     lines += ["", f"tables ({warehouse / (T.DATABASE + '.db')}):"]

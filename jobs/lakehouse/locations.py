@@ -236,6 +236,19 @@ class Location:
             return found
         return self._list()
 
+    def directories(self) -> list[str]:
+        """Names of the directories right below this one (in an object store: the common
+        prefixes of one delimited LIST, not a walk of everything below)."""
+        if self.is_local:
+            return sorted(p.name for p in self.path.iterdir() if p.is_dir()) \
+                if self.path.is_dir() else []
+        import obstore
+
+        store, key = self.store_and_key()
+        result = obstore.list_with_delimiter(store, f"{key}/" if key else None)
+        return sorted(prefix.rstrip("/").rsplit("/", 1)[-1]
+                      for prefix in result["common_prefixes"])
+
     def _list(self, limit_one: bool = False) -> list[StoredFile]:
         import obstore
 
@@ -267,6 +280,31 @@ class Location:
 
     def write_text(self, text: str) -> None:
         self.write_bytes(text.encode("utf-8"))
+
+    def create_bytes(self, data: bytes) -> bool:
+        """Create the file with ``data`` unless it exists (then nothing changes): True when
+        this call created it. Of many writers exactly one creates it: an object store's
+        ``If-None-Match: *`` PUT, a hard link of a finished temporary file on a disk."""
+        if self.is_local:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+            temporary.write_bytes(data)
+            try:
+                os.link(temporary, self.path)
+                return True
+            except FileExistsError:
+                return False
+            finally:
+                temporary.unlink()
+        import obstore
+        from obstore.exceptions import AlreadyExistsError, PreconditionError
+
+        store, key = self.store_and_key()
+        try:
+            obstore.put(store, key, data, mode="create")
+            return True
+        except (AlreadyExistsError, PreconditionError):
+            return False
 
     def put_file(self, local: Path) -> None:
         """Move the local file ``local`` here (a rename on a local disk, an upload to an

@@ -81,11 +81,8 @@ def take_snapshot(source: StoreSource, root: str | Path, broker: str, snapshot_i
         manifest = Manifest.load(final / MANIFEST)
         manifest.existing = True
         return manifest
-    later = [s for s in complete_snapshots(root, broker) if s > snapshot_id]
-    if later:
-        raise SnapshotInPastError(
-            f"{broker}: no snapshot {snapshot_id} can be taken now: snapshot {later[-1]} is "
-            f"newer, and the store's state at {snapshot_id} is gone")
+    refuse_past(broker, snapshot_id, [s for s in complete_snapshots(root, broker)
+                                      if s > snapshot_id])
     earlier = [s for s in complete_snapshots(root, broker) if s < snapshot_id]
     previous = earlier[-1] if earlier else None
     partial = broker_dir(root, broker) / f"{PARTIAL_PREFIX}{snapshot_id}"
@@ -101,6 +98,14 @@ def take_snapshot(source: StoreSource, root: str | Path, broker: str, snapshot_i
     (partial / MANIFEST).write_text(manifest.to_json())
     os.rename(partial, final)
     return manifest
+
+
+def refuse_past(broker: str, snapshot_id: str, later: list[str]) -> None:
+    """SnapshotInPastError when a snapshot newer than ``snapshot_id`` was taken."""
+    if later:
+        raise SnapshotInPastError(
+            f"{broker}: no snapshot {snapshot_id} can be taken now: snapshot {later[-1]} is "
+            f"newer, and the store's state at {snapshot_id} is gone")
 
 
 class _Copier:
@@ -328,7 +333,7 @@ class _Copier:
             self.manifest.notes.append(f"{file.relative}: deleted while the snapshot was "
                                        "taken (retention), not copied")
             return None
-        digest = _ZeroAwareHash()
+        digest = ZeroAwareHash()
         fd = os.open(destination, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             if reuse:
@@ -348,7 +353,7 @@ class _Copier:
                          mtime_settled=file.mtime_settled)
 
     def _copy_from_broker(self, file: SourceFile, reader: FileReader, fd: int,
-                          growth: Growth, start: int, digest: _ZeroAwareHash) -> tuple[int, int]:
+                          growth: Growth, start: int, digest: ZeroAwareHash) -> tuple[int, int]:
         """Copy ``[start, data end)``; returns (data end, bytes read from the broker)."""
         position, last_nonzero_end = start, start
         # Reads no bigger than the zero run that ends a file's data: a queue's zero tail
@@ -467,7 +472,7 @@ def _phase_name(files: Iterable[SourceFile]) -> str:
     return ", ".join(tops[:4]) + (", ..." if len(tops) > 4 else "")
 
 
-def _copy_local(old, fd: int, length: int, digest: _ZeroAwareHash) -> None:  # type: ignore[no-untyped-def]
+def _copy_local(old, fd: int, length: int, digest: ZeroAwareHash) -> None:  # type: ignore[no-untyped-def]
     position = 0
     while position < length:
         chunk = old.read(min(CHUNK, length - position))
@@ -478,17 +483,17 @@ def _copy_local(old, fd: int, length: int, digest: _ZeroAwareHash) -> None:  # t
         position += len(chunk)
 
 
-def _put(fd: int, chunk: bytes, position: int, digest: _ZeroAwareHash) -> int:
+def _put(fd: int, chunk: bytes, position: int, digest: ZeroAwareHash) -> int:
     """Hash and write ``chunk`` (file bytes at ``position``) up to its last non-zero byte;
     returns that length (the trailing zeros are left as holes and hashed later)."""
     data = len(chunk.rstrip(b"\0"))
     if data:
         digest.update(position, chunk[:data])
-        _write_sparse(fd, chunk[:data], position)
+        write_sparse(fd, chunk[:data], position)
     return data
 
 
-def _write_sparse(fd: int, data: bytes, position: int) -> None:
+def write_sparse(fd: int, data: bytes, position: int) -> None:
     """Write ``data`` at ``position``, leaving all-zero blocks as holes."""
     view = memoryview(data)
     zero = bytes(SPARSE_BLOCK)
@@ -498,7 +503,7 @@ def _write_sparse(fd: int, data: bytes, position: int) -> None:
             os.pwrite(fd, block, position + begin)
 
 
-class _ZeroAwareHash:
+class ZeroAwareHash:
     """sha256 of a file fed only its non-zero stretches, in order: the gaps are zeros."""
 
     def __init__(self) -> None:

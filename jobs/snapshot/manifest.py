@@ -61,6 +61,9 @@ class FileEntry:
     # The broker rewrote this file below what the previous snapshot held: the first byte
     # where it differs from that copy (the file was then copied whole); None otherwise.
     rewritten_at: int | None = None
+    # In a bucket (jobs.snapshot.bucket): the key, relative to the broker's directory, of
+    # the object holding bytes [0, data_length); None on a local disk.
+    object: str | None = None
 
 
 @dataclass
@@ -78,6 +81,9 @@ class Manifest:
     seconds: float = 0.0
     # Bytes read from the broker only to confirm that earlier copies are still its bytes.
     confirm_bytes: int = 0
+    # In a bucket (jobs.snapshot.bucket): objects and bytes this snapshot uploaded.
+    uploaded_objects: int = 0
+    uploaded_bytes: int = 0
     existing: bool = False  # not written: True when this run found the snapshot made
 
     @property
@@ -118,7 +124,11 @@ class Manifest:
 
     @classmethod
     def load(cls, path: Path) -> Manifest:
-        document = json.loads(path.read_text())
+        return cls.from_json(path.read_text())
+
+    @classmethod
+    def from_json(cls, text: str) -> Manifest:
+        document = json.loads(text)
         document.pop("totals", None)
         files = [FileEntry(**entry) for entry in document.pop("files")]
         return cls(**document, files=files)
@@ -137,6 +147,9 @@ class Manifest:
                      + ", ".join(f"{f.path} from byte {f.rewritten_at}"
                                  for f in self.rewritten[:3])
                      + (", ..." if len(self.rewritten) > 3 else ""))
+        if self.uploaded_objects:
+            line += (f"; {self.uploaded_objects} object(s), {self.uploaded_bytes / mib:.1f} MiB "
+                     "uploaded")
         if self.existing:
             line += " (already taken: nothing copied)"
         return line

@@ -24,6 +24,7 @@ class Cleanup:
     removed: list[str]
     kept: list[str]
     partials_removed: list[str]
+    objects_removed: int = 0  # in a bucket: objects no kept manifest names
 
 
 def clean_up_snapshots(root: str | Path, broker: str, current: str,
@@ -35,19 +36,9 @@ def clean_up_snapshots(root: str | Path, broker: str, current: str,
     partial directories of other snapshot ids are removed.
     """
     root = Path(root)
-    now = snapshot_time(current)
-    snapshots = complete_snapshots(root, broker)
-    protected = {current, *(snapshots[-1:])}
-    removed, kept = [], []
-    for snapshot in snapshots:
-        taken = snapshot_time(snapshot)
-        too_old = (now is not None and taken is not None
-                   and (now - taken).total_seconds() > retention_days * 86400)
-        if too_old and snapshot not in protected:
-            _remove_tree(snapshot_dir(root, broker, snapshot))
-            removed.append(snapshot)
-        else:
-            kept.append(snapshot)
+    removed, kept = expired(complete_snapshots(root, broker), current, retention_days)
+    for snapshot in removed:
+        _remove_tree(snapshot_dir(root, broker, snapshot))
     partials = []
     directory = broker_dir(root, broker)
     for partial in directory.glob(f"{PARTIAL_PREFIX}*") if directory.is_dir() else []:
@@ -55,6 +46,22 @@ def clean_up_snapshots(root: str | Path, broker: str, current: str,
             _remove_tree(partial)
             partials.append(partial.name)
     return Cleanup(removed, kept, partials)
+
+
+def expired(snapshots: list[str], current: str,
+            retention_days: float) -> tuple[list[str], list[str]]:
+    """(the snapshots to delete, the ones to keep) of ``snapshots`` (oldest first): those
+    taken more than ``retention_days`` before ``current``, except ``current``, the newest
+    and any whose id is not a DAG-made date."""
+    now = snapshot_time(current)
+    protected = {current, *(snapshots[-1:])}
+    removed, kept = [], []
+    for snapshot in snapshots:
+        taken = snapshot_time(snapshot)
+        too_old = (now is not None and taken is not None
+                   and (now - taken).total_seconds() > retention_days * 86400)
+        (removed if too_old and snapshot not in protected else kept).append(snapshot)
+    return removed, kept
 
 
 def _remove_tree(path: Path) -> None:
