@@ -9,6 +9,7 @@ import pytest
 
 from jobs import pipeline
 from jobs.lakehouse.locations import Location
+from jobs.snapshot.roots import snapshots_at
 from jobs.pipeline_config import (
     BrokerSource,
     PipelineConfigError,
@@ -73,7 +74,7 @@ def test_defaults_and_relative_paths(tmp_path, monkeypatch) -> None:  # type: ig
     ({"warehouse": "gs://rmq/wh"}, "warehouse 'gs://rmq/wh': gs:// locations are not supported"),
     ({"warehouse": "s3://rq/wh"}, "'rq' is not a bucket name"),
     ({"snapshot_root": "gs://b/snaps"}, "snapshot_root 'gs://b/snaps': gs:// locations"),
-    ({"snapshot_root": "s3://rmq/snaps"}, "snapshot_root 's3://rmq/snaps': s3:// locations"),
+    ({"snapshot_root": "s3://rq/snaps"}, "'rq' is not a bucket name"),
 ])
 def test_a_wrong_config_names_the_file_and_the_key(tmp_path, document, message) -> None:  # type: ignore[no-untyped-def]
     path = write(tmp_path, document)
@@ -88,6 +89,20 @@ def test_a_warehouse_uri_in_the_environment_is_refused(tmp_path, monkeypatch) ->
         load_config(write(tmp_path, {}))
     monkeypatch.setenv("RMQ_WAREHOUSE", f"file://{tmp_path}/wh")
     assert load_config(write(tmp_path, {})).warehouse == tmp_path / "wh"
+
+
+def test_snapshots_in_an_object_store(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """An s3:// snapshot root is a Location, from the file or RMQ_SNAPSHOT_ROOT; the steps
+    then keep their snapshots in the bucket (jobs.snapshot.bucket)."""
+    monkeypatch.delenv("RMQ_SNAPSHOT_ROOT", raising=False)
+    config = load_config(write(tmp_path, {"snapshot_root": "s3://rmq-lake/snaps/"}))
+    assert config.snapshot_root == Location("s3://rmq-lake/snaps")
+    assert type(snapshots_at(config.snapshot_root)).__name__ == "BucketSnapshots"
+    monkeypatch.setenv("RMQ_SNAPSHOT_ROOT", "s3://rmq-lake/other")
+    assert load_config(write(tmp_path, {})).snapshot_root == Location("s3://rmq-lake/other")
+    monkeypatch.setenv("RMQ_SNAPSHOT_ROOT", "gs://rmq-lake/other")
+    with pytest.raises(PipelineConfigError, match="RMQ_SNAPSHOT_ROOT 'gs://rmq-lake/other'"):
+        load_config(write(tmp_path, {}))
 
 
 def test_a_warehouse_in_an_object_store(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

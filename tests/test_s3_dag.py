@@ -1,10 +1,12 @@
-"""``rmq_nightly`` with its warehouse in an S3 bucket, as a deployment runs it: the
-LocalExecutor (each task a process of its own, talking to an Airflow API server on
-127.0.0.1), the bucket on the local S3 server, its keys and endpoint given only as the
-Airflow ``aws`` connection of ``aws_conn_id`` (no ``AWS_*`` variable in any process).
+"""``rmq_nightly`` with its warehouse and its snapshots in an S3 bucket, as a deployment
+runs it: the LocalExecutor (each task a process of its own, talking to an Airflow API
+server on 127.0.0.1), the bucket on the local S3 server, its keys and endpoint given only
+as the Airflow ``aws`` connection of ``aws_conn_id`` (no ``AWS_*`` variable in any
+process).
 
 The run must succeed and leave the very tables the same steps leave on local disk, run one
-broker after another in this process (read with delta-rs).
+broker after another in this process from the run's own snapshots, read back from the
+bucket on another "host" (a mirror of its own), with delta-rs.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from s3_server import running_s3, s3_environment
 
 from jobs import pipeline
 from jobs.lakehouse import tables as T
-from jobs.lakehouse.locations import AWS_VARIABLES
+from jobs.lakehouse.locations import AWS_VARIABLES, Location
 from jobs.lakehouse.tables import table_location
 from jobs.pipeline_config import BrokerSource, load_config
 from jobs.snapshot.manifest import snapshot_id_for
@@ -41,11 +43,12 @@ REPO = Path(__file__).resolve().parent.parent
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 RUN_DATE = datetime(2026, 11, 26, 2, tzinfo=UTC)
 BROKERS = {"s3-a": "v5-clean", "s3-b": "v4-killed"}
+SNAPSHOTS = "s3://lake/snapshots"
 
 
 def _config(path: Path, warehouse: str, work: Path, **more: object) -> Path:
     path.write_text(json.dumps({
-        "snapshot_root": str(work / "snapshots"), "warehouse": warehouse, "retries": 0,
+        "snapshot_root": SNAPSHOTS, "warehouse": warehouse, "retries": 0,
         "deliver_alerts": False, "brokers": [], "checks_output": str(work / "checks"),
         "alerts_config": str(REPO / "config" / "alerts.yaml"), **more}))
     return path
@@ -74,6 +77,7 @@ def test_the_nightly_dag_on_a_bucket_equals_its_steps_on_local_disk(
                     "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "PYTHONPATH": str(REPO),
                     "RMQ_PIPELINE_CONFIG": str(config), "AIRFLOW_CONN_RMQ_S3": json.dumps(
                         connection), "AIRFLOW_VAR_RMQ_BROKERS": json.dumps(brokers),
+                    "RMQ_SNAPSHOT_MIRROR": str(tmp_path / "dag-host"),
                     **local_executor_env(port)})
         for key in [k for k in env if k.startswith("AIRFLOW_CONN_RMQ_ALERTS")]:
             env.pop(key)
@@ -107,16 +111,28 @@ def test_the_nightly_dag_on_a_bucket_equals_its_steps_on_local_disk(
         assert "AWS_SECRET_ACCESS_KEY" not in log and keys["AWS_SECRET_ACCESS_KEY"] not in log
         with s3_environment(s3):
             on_s3 = warehouse_content("s3://lake/nightly")
-    # The oracle reads the run's own snapshots (the same ids, paths and times of taking).
-    oracle = load_config(_config(tmp_path / "local.yaml", str(tmp_path / "local-wh"),
-                                 tmp_path / "dag"))
-    snapshot_id = snapshot_id_for(RUN_DATE)
-    for broker in brokers:
-        source = BrokerSource(**broker)
-        taken = pipeline.snapshot_broker(oracle, source, snapshot_id)
-        loaded = pipeline.load_broker(_no_spark, oracle, taken)
-        checked = pipeline.check_broker(_no_spark, oracle, loaded, oracle.alerts_config)
-        pipeline.maintain_broker(oracle, checked)
+            # The snapshots are in the bucket, objects and a manifest each, none on disk
+            published = {name: (Location(SNAPSHOTS) / name).directories()
+                         for name in BROKERS}
+            snapshot_id = snapshot_id_for(RUN_DATE)
+            assert published == {name: ["objects", snapshot_id] for name in BROKERS}
+            assert not (tmp_path / "dag" / "snapshots").exists()
+            # The oracle takes the run's own snapshots (the same ids and times of taking)
+            # from the bucket, on a host that did not take them, into a local warehouse.
+            oracle = load_config(_config(tmp_path / "local.yaml", str(tmp_path / "local-wh"),
+                                         tmp_path / "dag"))
+            os.environ["RMQ_SNAPSHOT_MIRROR"] = str(tmp_path / "oracle-host")
+            try:
+                for broker in brokers:
+                    source = BrokerSource(**broker)
+                    taken = pipeline.snapshot_broker(oracle, source, snapshot_id)
+                    assert taken["existing"], taken
+                    loaded = pipeline.load_broker(_no_spark, oracle, taken)
+                    checked = pipeline.check_broker(_no_spark, oracle, loaded,
+                                                    oracle.alerts_config)
+                    pipeline.maintain_broker(oracle, checked)
+            finally:
+                del os.environ["RMQ_SNAPSHOT_MIRROR"]
     assert on_s3[T.MESSAGES] and on_s3[T.CONSUMER_STATUS]
     for name in on_s3:
         on_disk = delta_rows(table_location(oracle.warehouse, name), leave_out=RUN_COLUMNS)
