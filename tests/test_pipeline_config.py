@@ -9,7 +9,6 @@ import pytest
 
 from jobs import pipeline
 from jobs.lakehouse.locations import Location
-from jobs.snapshot.roots import snapshots_at
 from jobs.pipeline_config import (
     BrokerSource,
     PipelineConfigError,
@@ -17,6 +16,7 @@ from jobs.pipeline_config import (
     load_config,
     parse_brokers,
 )
+from jobs.snapshot.roots import snapshots_at
 
 REPO = Path(__file__).resolve().parent.parent
 

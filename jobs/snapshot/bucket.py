@@ -48,7 +48,6 @@ from jobs.snapshot.copier import (
     write_sparse,
 )
 from jobs.snapshot.manifest import (
-    CHUNK,
     MANIFEST,
     STORE_DIR,
     FileEntry,
