@@ -115,7 +115,7 @@ def test_the_nightly_dag_on_a_bucket_equals_its_steps_on_local_disk(
             published = {name: (Location(SNAPSHOTS) / name).directories()
                          for name in BROKERS}
             snapshot_id = snapshot_id_for(RUN_DATE)
-            assert published == {name: ["objects", snapshot_id] for name in BROKERS}
+            assert published == {name: [snapshot_id, "objects"] for name in BROKERS}
             assert not (tmp_path / "dag" / "snapshots").exists()
             # The oracle takes the run's own snapshots (the same ids and times of taking)
             # from the bucket, on a host that did not take them, into a local warehouse.

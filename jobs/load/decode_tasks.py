@@ -19,6 +19,7 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path, PurePosixPath
 
 import numpy as np
@@ -26,9 +27,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs.lakehouse.locations import Location
+from jobs.snapshot.bucket import SnapshotObjects
 from rmqlib.commitlog.arrow import scan_segment_arrow, unwrap_inner_batches
 from rmqlib.common import races
 from rmqlib.common.accounting import FileAccount
+from rmqlib.common.bytesource import FileTarget
 from rmqlib.common.fileio import read_range
 from rmqlib.dledger.arrow import scan_dledger_arrow
 from rmqlib.dledger.index import check_entries_in
@@ -111,6 +114,42 @@ class DecodeContext:
     # RocksDB consume queue: the next queue offset to load per (topic, queue id), from the
     # high-water marks (a file queue's task carries its byte range instead).
     queue_marks: tuple[tuple[str, int, int], ...] = ()
+    # A snapshot in a bucket: where its files' objects are. Read from there only where
+    # ``read_objects`` says so (Spark's executors, on hosts without the driver's mirror).
+    objects: SnapshotObjects | None = None
+    read_objects: bool = False
+
+
+#: Kinds whose decoders read byte ranges (a ByteSource): from a bucket, ranged GETs.
+RANGE_READ_KINDS = frozenset((COMMITLOG, CONSUMEQUEUE, BATCHCONSUMEQUEUE))
+
+
+class TaskFiles:
+    """The bytes one task reads, on the host it runs on: the task's file, or, when the
+    context reads a bucket snapshot's objects, the object itself by ranges (commitlog and
+    queue ranges), the object cached on this host (index files, mapped whole), or this
+    host's mirror of the snapshot (readers that need the file's directory: DLedger's
+    index, RocksDB, consume-queue ext files)."""
+
+    def __init__(self, task: Task, context: DecodeContext) -> None:
+        self.task = task
+        self.objects = context.objects if context.read_objects else None
+
+    @cached_property
+    def read(self) -> FileTarget:
+        """What a range decoder reads: a path or a ByteSource."""
+        if self.objects is None or self.task.kind not in RANGE_READ_KINDS:
+            return self.local
+        return self.objects.source(self.task.rel_path)
+
+    @cached_property
+    def local(self) -> str:
+        """A local path of the file, inside a whole store directory unless an index file."""
+        if self.objects is None:
+            return self.task.path
+        if self.task.kind == INDEX:
+            return str(self.objects.local_file(self.task.rel_path))
+        return str(self.objects.local_store() / self.task.rel_path)
 
 
 # --------------------------------------------------------------------------- reports
@@ -176,7 +215,7 @@ def run_task(task: Task, context: DecodeContext) -> Iterator[pa.RecordBatch]:
     started = time.monotonic()
     decoder = DECODERS[task.kind]
     try:
-        report = yield from decoder(task, context)
+        report = yield from decoder(task, context, TaskFiles(task, context))
     except StoreError as error:
         report = _error_report(task, started, error)
     report.update(_base_report(task, started))
@@ -190,9 +229,9 @@ def run_task(task: Task, context: DecodeContext) -> Iterator[pa.RecordBatch]:
 RECORD_SCANS = {COMMITLOG: scan_segment_arrow, DLEDGER: scan_dledger_arrow}
 
 
-def _commitlog_task(task: Task, context: DecodeContext
+def _commitlog_task(task: Task, context: DecodeContext, files: TaskFiles
                     ) -> Iterator[pa.RecordBatch]:
-    scan = RECORD_SCANS[task.kind](task.path, task.begin, task.end,
+    scan = RECORD_SCANS[task.kind](files.read, task.begin, task.end,
                                    verify_crc=context.verify_crc)
     rows = 0
     first: int | None = None
@@ -211,8 +250,8 @@ def _commitlog_task(task: Task, context: DecodeContext
     if task.rel_path != context.commitlog_tail_file:  # no write in progress there
         races.in_finished_file(result.account)
     account = _account_report(result.account)
-    torn = held is not None and _torn_last_record(task, context, held, result.segment_start,
-                                                  result.logical_end)
+    torn = held is not None and _torn_last_record(task, context, files, held,
+                                                  result.segment_start, result.logical_end)
     torn_at: int | None = None  # its file position
     if torn:
         assert held is not None
@@ -239,15 +278,16 @@ def _commitlog_task(task: Task, context: DecodeContext
         "property_crc_failures": sum(p != torn_at for p in result.property_crc_failures),
     }
     if task.kind == DLEDGER:
-        report["index_problems"] = _dledger_index_problems(task, scan.entries)
+        report["index_problems"] = _dledger_index_problems(task, files, scan.entries)
     return report
 
 
-def _dledger_index_problems(task: Task, entries: list) -> list[list[object]]:
+def _dledger_index_problems(task: Task, files: TaskFiles,
+                            entries: list) -> list[list[object]]:
     """[relative path, file position, length, reason] of every index unit of this task's
     entries that disagrees with its entry (``index/`` beside ``data/``)."""
     data_rel = PurePosixPath(task.rel_path).parent
-    index_dir = Path(task.path).parent.parent / DLEDGER_INDEX_DIR
+    index_dir = Path(files.local).parent.parent / DLEDGER_INDEX_DIR
     rel_index = data_rel.parent / DLEDGER_INDEX_DIR
     return [[str(rel_index / Path(p.path).name) if p.position >= 0 else str(rel_index),
              max(p.position, 0), DLEDGER_UNIT_SIZE if p.position >= 0 else 0,
@@ -260,8 +300,9 @@ TORN_RECORD_REASON = ("torn tail: the last record before the end of written data
                       "again next snapshot")
 
 
-def _torn_last_record(task: Task, context: DecodeContext, batch: pa.RecordBatch,
-                      segment_start: int, logical_end: int | None) -> bool:
+def _torn_last_record(task: Task, context: DecodeContext, files: TaskFiles,
+                      batch: pa.RecordBatch, segment_start: int,
+                      logical_end: int | None) -> bool:
     """Is the last record of the store a partly copied one?
 
     A snapshot copied while the broker appends can catch the newest record half written:
@@ -278,7 +319,7 @@ def _torn_last_record(task: Task, context: DecodeContext, batch: pa.RecordBatch,
                   + batch.column("total_size")[-1].as_py())
     if record_end != logical_end:  # something follows it (or this range does not own the end)
         return False
-    if read_range(task.path, record_end - 1, record_end) == b"\0":
+    if read_range(files.read, record_end - 1, record_end) == b"\0":
         return True
     crc_failed = (batch.column("body_crc_ok")[-1].as_py() is False
                   or batch.column("property_crc_ok")[-1].as_py() is False)
@@ -403,10 +444,11 @@ def _cap(commitlog_offset: np.ndarray, size: np.ndarray, filler: np.ndarray,
     return int(hits[0]) if hits.size else len(commitlog_offset)
 
 
-def _queue_task(task: Task, context: DecodeContext) -> Iterator[pa.RecordBatch]:
+def _queue_task(task: Task, context: DecodeContext, files: TaskFiles
+                ) -> Iterator[pa.RecordBatch]:
     batch_queue = task.kind == BATCHCONSUMEQUEUE
     decode_range = decode_bcq_range if batch_queue else decode_cq_range
-    decoded = decode_range(task.path, task.begin, task.end, topic=task.topic,
+    decoded = decode_range(files.read, task.begin, task.end, topic=task.topic,
                            queue_id=task.queue_id)
     if batch_queue:
         fields = decoded.fields
@@ -421,7 +463,7 @@ def _queue_task(task: Task, context: DecodeContext) -> Iterator[pa.RecordBatch]:
     keep = _cap(offsets, sizes, filler, context.commitlog_end)
     n = keep
     position = decoded.file_position[:keep]
-    ext = (_ext_columns(task, decoded.topic, decoded.queue_id, tags[:keep]) if not batch_queue
+    ext = (_ext_columns(files, decoded.topic, decoded.queue_id, tags[:keep]) if not batch_queue
            else _ExtColumns.none(n))
     if n:
         columns: dict[str, pa.Array] = {
@@ -462,7 +504,8 @@ def _queue_task(task: Task, context: DecodeContext) -> Iterator[pa.RecordBatch]:
     }
 
 
-def _rocksdb_queue_task(task: Task, context: DecodeContext) -> Iterator[pa.RecordBatch]:
+def _rocksdb_queue_task(task: Task, context: DecodeContext, files: TaskFiles
+                        ) -> Iterator[pa.RecordBatch]:
     """Every queue of a RocksDB consume queue past its mark: one batch per queue.
 
     The units are those of a file queue (same columns; ``store_time`` from the value,
@@ -470,7 +513,7 @@ def _rocksdb_queue_task(task: Task, context: DecodeContext) -> Iterator[pa.Recor
     have in a file queue: queue offset x 20, which is also what the marks count)."""
     after = {(topic, queue_id): next_offset for topic, queue_id, next_offset
              in context.queue_marks}
-    scan = read_queues(task.path, after)
+    scan = read_queues(files.local, after)
     rows, marks = 0, []
     for queue in scan.queues:
         filler = np.zeros(len(queue), dtype=bool)
@@ -523,13 +566,14 @@ class _ExtColumns:
         return cls(pa.nulls(n, pa.int64()), pa.nulls(n, pa.int64()), pa.nulls(n, pa.binary()))
 
 
-def _ext_columns(task: Task, topic: str, queue_id: int, tags: np.ndarray) -> _ExtColumns:
+def _ext_columns(files: TaskFiles, topic: str, queue_id: int,
+                 tags: np.ndarray) -> _ExtColumns:
     """Resolve the units' ext addresses (§4.4) in ``consumequeue_ext/`` beside the queue
     file; an address no ext unit answers stays null (check ext_address_unresolved)."""
     rows = np.flatnonzero(tags <= EXT_MAX_ADDR)
     if not rows.size:
         return _ExtColumns.none(len(tags))
-    queue = ExtResolver().queue_for(task.path, topic, queue_id)
+    queue = ExtResolver().queue_for(files.local, topic, queue_id)
     codes: list[int | None] = [None] * len(tags)
     times: list[int | None] = [None] * len(tags)
     bitmaps: list[bytes | None] = [None] * len(tags)
@@ -547,8 +591,9 @@ def _ext_columns(task: Task, topic: str, queue_id: int, tags: np.ndarray) -> _Ex
 # --------------------------------------------------------------------------- index
 
 
-def _index_task(task: Task, context: DecodeContext) -> Iterator[pa.RecordBatch]:
-    with IndexFile.open(task.path) as index:
+def _index_task(task: Task, context: DecodeContext, files: TaskFiles
+                ) -> Iterator[pa.RecordBatch]:
+    with IndexFile.open(files.local) as index:
         batch = index.to_record_batch()
         account = index.account()
         entry_count = index.entry_count
@@ -560,7 +605,8 @@ def _index_task(task: Task, context: DecodeContext) -> Iterator[pa.RecordBatch]:
         col = batch.column
         columns = {
             "broker": pa.repeat(pa.scalar(context.broker, pa.string()), n),
-            "index_file": pa.repeat(pa.scalar(Path(task.path).name, pa.string()), n),
+            "index_file": pa.repeat(pa.scalar(PurePosixPath(task.rel_path).name,
+                                              pa.string()), n),
             "entry_number": col("entry_number"),
             "key_hash": col("key_hash"),
             "slot": col("slot"),

@@ -19,6 +19,7 @@ is :func:`fact_writer`'s choice, from ``load_engine`` and ``local_load_up_to_mib
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
 import pyarrow as pa
@@ -115,11 +116,11 @@ class SparkFacts:
         area = str(staging_dir(location, app_id, version))
         layout = staged_layout(location, contract)
         staged = self.task_groups(tasks).mapPartitions(
-            _staged_files(area, layout, context)).collect()
+            _staged_files(area, layout, on_executors(context))).collect()
         commit_staged(location, app_id, version, [add for adds in staged for add in adds])
 
     def run_for_reports(self, tasks: list[Task], context: DecodeContext) -> None:
-        self.task_groups(tasks).foreach(_reports_only(context))
+        self.task_groups(tasks).foreach(_reports_only(on_executors(context)))
 
     def describe(self, tasks: list[Task]) -> str:
         return f"{len(self.groups(tasks))} Spark task(s), on the executors"
@@ -131,6 +132,12 @@ class SparkFacts:
         """An RDD of task groups (:func:`pack_tasks`), one Spark partition each."""
         groups = self.groups(tasks)
         return self.spark.sparkContext.parallelize(groups, max(1, len(groups)))
+
+
+def on_executors(context: DecodeContext) -> DecodeContext:
+    """The context as the executors get it: a snapshot in a bucket is read from its
+    objects, since an executor's host need not hold the driver's mirror of it."""
+    return replace(context, read_objects=True)
 
 
 def pack_tasks(tasks: list[Task], target_bytes: int, min_groups: int) -> list[list[Task]]:

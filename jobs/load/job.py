@@ -79,6 +79,7 @@ from jobs.load.plan import (
     LoadPlan,
     plan_load,
 )
+from jobs.snapshot.bucket import SnapshotObjects
 from rmqlib.config import load_config_dir
 from rmqlib.errors import StoreError
 from rmqlib.queues.consumequeue import CQ_UNIT_SIZE
@@ -165,6 +166,9 @@ class SnapshotLoad:
         self.started_at = datetime.now(UTC)
         self.clock = time.monotonic()
         self.inventory = take_inventory(store)
+        # A snapshot in a bucket, read here from this host's mirror: Spark's executors
+        # read its objects instead, and the tables name it by its URI.
+        self.objects = SnapshotObjects.beside(store)
         self.seq = 0
         self.summary = LoadSummary(broker, snapshot_id, 0, self.run_id)
         self.reports: dict[str, list[dict]] = {}
@@ -192,7 +196,7 @@ class SnapshotLoad:
         return DecodeContext(self.broker, self.snapshot_id, self.report_dir(kind),
                              self.registry[table].contract.arrow_schema(),
                              self.options.body_policy, self.options.verify_crc, commitlog_end,
-                             commitlog_tail_file, queue_marks)
+                             commitlog_tail_file, queue_marks, self.objects)
 
     # ---- steps
 
@@ -219,6 +223,7 @@ class SnapshotLoad:
     def write_snapshot_row(self, status: str, cl_min: int | None, cl_max: int | None,
                            errors: list[str]) -> None:
         row = state_rows.snapshot_row(self.broker, self.snapshot_id, self.seq, self.store,
+                                      self.objects.uri if self.objects else str(self.store),
                                       self.inventory, self.options.taken_at, status, cl_min,
                                       cl_max, errors)
         self.registry.replace_rows(T.SNAPSHOTS, [row], broker=self.broker,

@@ -146,11 +146,12 @@ def config_problems(config: ConfigDir) -> list[tuple[str, str]]:
     return problems
 
 
-def snapshot_row(broker: str, snapshot_id: str, seq: int, store: Path,
+def snapshot_row(broker: str, snapshot_id: str, seq: int, store: Path, store_label: str,
                  inventory: Inventory, taken_at: datetime | None, status: str,
                  commitlog_min: int | None, commitlog_max: int | None,
                  load_errors: list[str]) -> Row:
-    """The ``snapshots`` row: what the snapshot is, before and after its load."""
+    """The ``snapshots`` row: what the snapshot is, before and after its load;
+    ``store_label`` is where it is (the store's directory, or its URI in a bucket)."""
     abort = read_abort(store).abort
     checkpoint_values: list[object] = [None] * 6
     if (store / "checkpoint").is_file():
@@ -163,7 +164,7 @@ def snapshot_row(broker: str, snapshot_id: str, seq: int, store: Path,
             load_errors = [*load_errors, f"checkpoint: {error}"]
     totals = inventory.totals()
     return (
-        broker, snapshot_id, seq, taken_at or newest_mtime(inventory), str(store),
+        broker, snapshot_id, seq, taken_at or newest_mtime(inventory), store_label,
         inventory.generation, list(inventory.evidence), sorted(inventory.features),
         abort is not None, abort.pid if abort is not None else None,
         *checkpoint_values,

@@ -172,6 +172,7 @@ class BucketSnapshots:
             f"{sum(e.data_length for e in new) / 2**20:.1f} MiB, to {self.root / broker}")
         for entry in new:
             self._upload(broker, entry, store / entry.path)
+        manifest.objects_root = str(self.root / broker)
         manifest.uploaded_objects = len(new)
         manifest.uploaded_bytes = sum(e.data_length for e in new)
 
@@ -238,31 +239,8 @@ class BucketSnapshots:
         return held
 
     def _download(self, broker: str, entry: FileEntry, destination: Path) -> None:
-        import obstore
-
         assert entry.object is not None
-        location = self.root / broker / entry.object
-        digest, position = ZeroAwareHash(), 0
-        fd = os.open(destination, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            if entry.data_length:
-                store, key = location.store_and_key()
-                for chunk in obstore.get(store, key).stream():
-                    data = bytes(chunk)
-                    digest.update(position, data)
-                    write_sparse(fd, data, position)
-                    position += len(data)
-            os.ftruncate(fd, entry.size)
-        except _NOT_FOUND as error:
-            raise SnapshotError(f"{broker}: {entry.path}: object {location} is missing "
-                                "(deleted while the manifest names it)") from error
-        finally:
-            os.close(fd)
-        if position != entry.data_length or digest.finish(position) != entry.sha256:
-            raise SnapshotError(f"{broker}: {entry.path}: object {location} holds "
-                                f"{position} bytes whose sha256 is not the manifest's")
-        os.utime(destination, ns=(entry.mtime_ns, entry.mtime_ns))
-        os.chmod(destination, 0o444)
+        download(self.root / broker / entry.object, entry, destination, broker)
 
     def _forget_unpublished(self, broker: str, published: list[str]) -> None:
         """Drop the mirror's snapshots the bucket does not hold (an attempt that never
@@ -270,6 +248,7 @@ class BucketSnapshots:
         for snapshot_id in complete_snapshots(self.mirror, broker):
             if snapshot_id not in published:
                 shutil.rmtree(snapshot_dir(self.mirror, broker, snapshot_id))
+
 
     # ----------------------------------------------------------------- retention
 
@@ -295,6 +274,101 @@ class BucketSnapshots:
 _NO_FILES = Manifest("", "", "", "")
 
 
+# --------------------------------------------------------------------------- executors
+
+
+class ObjectSource:
+    """A snapshot file read straight from its object, as an rmqlib ByteSource: each
+    ``read_at`` one ranged GET (retried as every request is); the zeros past the data
+    the object holds are the file's preallocated tail."""
+
+    def __init__(self, location: Location, name: str, size: int, data_length: int) -> None:
+        self.location, self.name = location, name
+        self.size, self.data_length = size, data_length
+        self.requests = 0
+
+    def read_at(self, position: int, length: int) -> bytes:
+        import obstore
+
+        end = min(position + max(length, 0), self.size)
+        data_end = min(end, self.data_length)
+        data = b""
+        if position < data_end:
+            store, key = self.location.store_and_key()
+            data = bytes(obstore.get_range(store, key, start=position, end=data_end))
+            self.requests += 1
+        return data + bytes(max(0, end - max(position, data_end)))
+
+    def close(self) -> None:
+        """Nothing is held open between reads."""
+
+
+@dataclass(frozen=True)
+class SnapshotObjects:
+    """Where a published snapshot's files are in the bucket: what a Spark executor on any
+    host reads instead of the driver's mirror (``jobs.load.decode_tasks``)."""
+
+    root: str            # the snapshots' root URI
+    broker: str
+    snapshot_id: str
+    files: tuple[FileEntry, ...]
+
+    @classmethod
+    def beside(cls, store: Path) -> SnapshotObjects | None:
+        """The objects of the snapshot whose mirrored ``store`` directory this is; None for
+        a snapshot (or store) that is not in a bucket."""
+        manifest_path = Path(store).parent / MANIFEST
+        if not manifest_path.is_file():
+            return None
+        manifest = Manifest.load(manifest_path)
+        if not manifest.objects_root:
+            return None
+        root = Location(manifest.objects_root).parent
+        return cls(root.uri, manifest.broker, manifest.snapshot_id, tuple(manifest.files))
+
+    @property
+    def uri(self) -> str:
+        """The snapshot's own URI (``<root>/<broker>/<snapshot_id>``)."""
+        return f"{self.root}/{self.broker}/{self.snapshot_id}"
+
+    def entry(self, rel_path: str) -> FileEntry:
+        found = next((f for f in self.files if f.path == rel_path), None)
+        if found is None or found.object is None:
+            raise SnapshotError(f"{self.broker}: snapshot {self.snapshot_id} has no file "
+                                f"{rel_path} in {self.root}")
+        return found
+
+    def source(self, rel_path: str) -> ObjectSource:
+        """The file's bytes, read by ranges from its object."""
+        entry = self.entry(rel_path)
+        assert entry.object is not None
+        return ObjectSource(Location(self.root) / self.broker / entry.object,
+                            f"{self.uri}/{STORE_DIR}/{rel_path}", entry.size,
+                            entry.data_length)
+
+    def local_store(self) -> Path:
+        """The whole snapshot in this host's mirror (for readers that need a directory:
+        DLedger's index beside its data, a RocksDB database, consume-queue ext files)."""
+        return BucketSnapshots(Location(self.root)).local_store(self.broker, self.snapshot_id)
+
+    def local_file(self, rel_path: str) -> Path:
+        """One file in this host's object cache (``<mirror>/<broker>/objects/...``),
+        downloaded once per content: for readers that map a whole file (index files)."""
+        entry = self.entry(rel_path)
+        assert entry.object is not None
+        cached = mirror_root(Location(self.root)) / self.broker / entry.object
+        if cached.is_file():
+            return cached
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        partial = cached.with_name(f".{cached.name}.{os.getpid()}")
+        partial.unlink(missing_ok=True)
+        with _bucket_errors(f"{self.broker}: {rel_path} from {self.root}"):
+            download(Location(self.root) / self.broker / entry.object, entry, partial,
+                     self.broker)
+        os.replace(partial, cached)
+        return cached
+
+
 def _not_found() -> tuple[type[BaseException], ...]:
     from obstore.exceptions import NotFoundError
 
@@ -314,6 +388,34 @@ def _bucket_errors(what: str) -> Iterator[None]:
     except BaseError as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise SnapshotError(f"{what}: {first}") from error
+
+
+def download(location: Location, entry: FileEntry, destination: Path, broker: str) -> None:
+    """The object ``location`` as the local file ``destination``: its bytes, then zeros
+    to the file's size (holes), checked against the entry's sha256, read-only."""
+    import obstore
+
+    digest, position = ZeroAwareHash(), 0
+    fd = os.open(destination, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        if entry.data_length:
+            store, key = location.store_and_key()
+            for chunk in obstore.get(store, key).stream():
+                data = bytes(chunk)
+                digest.update(position, data)
+                write_sparse(fd, data, position)
+                position += len(data)
+        os.ftruncate(fd, entry.size)
+    except _NOT_FOUND as error:
+        raise SnapshotError(f"{broker}: {entry.path}: object {location} is missing "
+                            "(deleted while the manifest names it)") from error
+    finally:
+        os.close(fd)
+    if position != entry.data_length or digest.finish(position) != entry.sha256:
+        raise SnapshotError(f"{broker}: {entry.path}: object {location} holds "
+                            f"{position} bytes whose sha256 is not the manifest's")
+    os.utime(destination, ns=(entry.mtime_ns, entry.mtime_ns))
+    os.chmod(destination, 0o444)
 
 
 def _content(entry: FileEntry) -> tuple[str, int, int, str]:

@@ -81,7 +81,9 @@ class Manifest:
     seconds: float = 0.0
     # Bytes read from the broker only to confirm that earlier copies are still its bytes.
     confirm_bytes: int = 0
-    # In a bucket (jobs.snapshot.bucket): objects and bytes this snapshot uploaded.
+    # In a bucket (jobs.snapshot.bucket): the broker's directory there (FileEntry.object is
+    # relative to it), and the objects and bytes this snapshot uploaded.
+    objects_root: str | None = None
     uploaded_objects: int = 0
     uploaded_bytes: int = 0
     existing: bool = False  # not written: True when this run found the snapshot made

@@ -60,7 +60,6 @@ from __future__ import annotations
 
 import socket
 import zlib
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -82,6 +81,7 @@ from rmqlib.commitlog.walk import (
     Window,
     strided_view,
 )
+from rmqlib.common.bytesource import FileTarget
 from rmqlib.errors import CorruptDataError
 
 _NN = False  # nullable=False, for readability of the schema below
@@ -142,7 +142,7 @@ class ArrowSegmentScan(SegmentRangeScan[pa.RecordBatch]):
         return [batch], bad_body, bad_props
 
 
-def scan_segment_arrow(path: str | Path, start: int = 0, end: int | None = None, *,
+def scan_segment_arrow(path: FileTarget, start: int = 0, end: int | None = None, *,
                        batch_size: int = DEFAULT_MAX_RUN, verify_crc: bool = True,
                        base_offset: int | None = None,
                        window_size: int = DEFAULT_WINDOW_SIZE) -> ArrowSegmentScan:
@@ -151,7 +151,7 @@ def scan_segment_arrow(path: str | Path, start: int = 0, end: int | None = None,
                             window_size=window_size, max_run=batch_size)
 
 
-def read_table(path: str | Path, start: int = 0, end: int | None = None,
+def read_table(path: FileTarget, start: int = 0, end: int | None = None,
                **kwargs: object) -> tuple[pa.Table, ScanResult]:
     """All batches of a range as one Table, with the scan result (small ranges, tests)."""
     scan = scan_segment_arrow(path, start, end, **kwargs)  # type: ignore[arg-type]

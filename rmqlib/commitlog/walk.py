@@ -56,20 +56,19 @@ from __future__ import annotations
 
 import itertools
 import os
-import stat
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import Enum
-from pathlib import Path
 from typing import Generic, TypeVar
 
 import numpy as np
 
 from rmqlib.commitlog import layout as L
 from rmqlib.common.accounting import FileAccount
+from rmqlib.common.bytesource import ByteSource, FileTarget, LocalFile, source_name
 from rmqlib.common.segments import parse_segment_name
-from rmqlib.errors import NotAStoreFileError, TruncatedDataError
+from rmqlib.errors import NotAStoreFileError
 
 DEFAULT_WINDOW_SIZE = 8 * 1024 * 1024
 DEFAULT_MAX_RUN = 16384
@@ -105,42 +104,29 @@ _I64 = struct.Struct(">q")
 
 
 class SegmentFile:
-    """Random access to one commitlog file, with the segment start offset from its name."""
+    """Random access to one commitlog file (a path or a
+    :class:`~rmqlib.common.bytesource.ByteSource`), with the segment start offset from its
+    name."""
 
     first_readable = 0  # the first file position read() can serve
 
-    def __init__(self, path: str | Path, base_offset: int | None = None) -> None:
-        self.path = str(path)
-        self.start = parse_segment_name(path) if base_offset is None else base_offset
-        try:
-            self._fd = os.open(self.path, os.O_RDONLY)
-        except FileNotFoundError:
-            raise NotAStoreFileError("commitlog segment does not exist", path=path) from None
-        except OSError as exc:
-            raise NotAStoreFileError(f"cannot open commitlog segment: {exc.strerror}",
-                                     path=path) from None
-        info = os.fstat(self._fd)
-        if not stat.S_ISREG(info.st_mode):
-            os.close(self._fd)
-            raise NotAStoreFileError("commitlog segment is not a regular file", path=path)
-        self.size = info.st_size
+    def __init__(self, path: FileTarget, base_offset: int | None = None) -> None:
+        self.path = source_name(path)
+        self.start = parse_segment_name(self.path) if base_offset is None else base_offset
+        self._owned = not isinstance(path, ByteSource)
+        self._source: ByteSource | None = LocalFile(path, "commitlog segment") \
+            if self._owned else path  # type: ignore[assignment]
+        self.size = self._source.size
 
     def read(self, pos: int, length: int) -> bytes:
         """Bytes [pos, pos + length) clipped to the file; raises if the file shrank."""
-        length = max(0, min(length, self.size - pos))
-        data = os.pread(self._fd, length, pos)
-        while len(data) < length:
-            more = os.pread(self._fd, length - len(data), pos + len(data))
-            if not more:
-                raise TruncatedDataError("file shrank while being read", path=self.path,
-                                         offset=pos + len(data), length=length - len(data))
-            data += more
-        return data
+        assert self._source is not None
+        return self._source.read_at(pos, length)
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        if self._source is not None and self._owned:
+            self._source.close()
+        self._source = None
 
     def __enter__(self) -> SegmentFile:
         return self
@@ -160,7 +146,7 @@ class MemorySegment(SegmentFile):
         self.size = data_pos + len(data)
         self._data = bytes(data)
         self._data_pos = self.first_readable = data_pos
-        self._fd = -1
+        self._source = None
 
     def read(self, pos: int, length: int) -> bytes:
         rel = pos - self._data_pos
@@ -665,13 +651,15 @@ class SegmentRangeScan(Generic[Item]):
     :meth:`decode_run`. Iterate once, then read :attr:`result` / :attr:`account`.
     """
 
-    def __init__(self, path: str | Path, start: int = 0, end: int | None = None, *,
+    def __init__(self, path: FileTarget, start: int = 0, end: int | None = None, *,
                  verify_crc: bool = True, base_offset: int | None = None,
                  window_size: int = DEFAULT_WINDOW_SIZE,
                  max_run: int = DEFAULT_MAX_RUN) -> None:
-        self.path = str(path)
-        self.base_offset = parse_segment_name(path) if base_offset is None else base_offset
-        if not os.path.isfile(path):
+        self.target = path
+        self.path = source_name(path)
+        self.base_offset = parse_segment_name(self.path) if base_offset is None \
+            else base_offset
+        if not isinstance(path, ByteSource) and not os.path.isfile(path):
             raise NotAStoreFileError("commitlog segment is missing or not a file", path=path)
         if start < 0 or (end is not None and end < start) or max_run < 1:
             raise ValueError(f"bad byte range [{start}, {end}) or run size {max_run}")
@@ -704,7 +692,7 @@ class SegmentRangeScan(Generic[Item]):
         crc_failures: list[int] = []
         prop_failures: list[int] = []
         shown = [0, 0]  # gaps and blanks already yielded
-        with SegmentFile(self.path, self.base_offset) as seg:
+        with SegmentFile(self.target, self.base_offset) as seg:
             walk = RangeWalk(seg, self.start, self.end, window_size=self.window_size,
                              max_run=self.max_run)
             for run in walk.runs():

@@ -10,23 +10,27 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rmqlib.common.bytesource import ByteSource, FileTarget, reading
 from rmqlib.errors import NotAStoreFileError
 
 if TYPE_CHECKING:  # imported where used: `rmq dump checkpoint` starts without numpy
     import numpy as np
 
 
-def read_bytes(path: str | Path) -> bytes:
+def read_bytes(path: FileTarget) -> bytes:
     """Whole file contents, or NotAStoreFileError when it is missing or unreadable."""
     return read_range(path, 0)
 
 
-def read_range(path: str | Path, begin: int, end: int | None = None) -> bytes:
+def read_range(path: FileTarget, begin: int, end: int | None = None) -> bytes:
     """Bytes [begin, end) of a file (clipped to its size), without reading the rest;
-    NotAStoreFileError when it is missing or unreadable.
+    NotAStoreFileError when it is missing or unreadable. ``path`` may be a
+    :class:`~rmqlib.common.bytesource.ByteSource`.
 
     Lets the Spark jobs decode only the new part of a growing queue file.
     """
+    if isinstance(path, ByteSource):
+        return path.read_at(begin, (path.size if end is None else end) - begin)
     path = Path(path)
     try:
         with open(path, "rb") as handle:
@@ -40,20 +44,18 @@ def read_range(path: str | Path, begin: int, end: int | None = None) -> bytes:
         raise NotAStoreFileError(f"cannot read file: {exc.strerror}", path=path) from exc
 
 
-def has_nonzero_after(path: str | Path, position: int, stop: int | None = None,
+def has_nonzero_after(path: FileTarget, position: int, stop: int | None = None,
                       chunk: int = 1 << 20) -> bool:
     """True when any byte in [position, stop) (default: to the end) is non-zero."""
-    with open(path, "rb") as handle:
-        handle.seek(position)
-        left = None if stop is None else max(stop - position, 0)
-        while left is None or left > 0:
-            block = handle.read(chunk if left is None else min(chunk, left))
+    with reading(path) as source:
+        stop = source.size if stop is None else min(stop, source.size)
+        while position < stop:
+            block = source.read_at(position, min(chunk, stop - position))
             if not block:
                 break
             if block.strip(b"\x00"):
                 return True
-            if left is not None:
-                left -= len(block)
+            position += len(block)
     return False
 
 

@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from rmqlib.common.accounting import FileAccount
+from rmqlib.common.bytesource import FileTarget
 from rmqlib.common.fileio import read_bytes
 from rmqlib.queues.consumequeue import (
     EXT_MAX_ADDR,
@@ -177,7 +178,7 @@ def decode_bcq_file(
 
 
 def decode_bcq_range(
-    path: str | Path, begin: int = 0, end: int | None = None, *,
+    path: FileTarget, begin: int = 0, end: int | None = None, *,
     topic: str | None = None, queue_id: int | None = None,
 ) -> BcqFileDecode:
     """Decode bytes [begin, end) of one batch-CQ file; same rules as ``decode_cq_range``."""

@@ -33,6 +33,7 @@ import pyarrow as pa
 
 from rmqlib.common import races
 from rmqlib.common.accounting import FileAccount, UnreadableRegion
+from rmqlib.common.bytesource import ByteSource, FileTarget, source_name
 from rmqlib.common.fileio import has_nonzero_after, read_bytes, read_range, runs
 from rmqlib.common.segments import SEGMENT_NAME, Segment, parse_segment_name
 from rmqlib.errors import NotAStoreFileError
@@ -387,17 +388,17 @@ def decode_cq_file(
     )
 
 
-def unit_range(path: str | Path, begin: int, end: int | None, unit_size: int
+def unit_range(path: FileTarget, begin: int, end: int | None, unit_size: int
                ) -> tuple[int, int, int]:
     """(begin, end, file size) of a unit-aligned byte range of a queue file, clipped."""
-    size = Path(path).stat().st_size
+    size = path.size if isinstance(path, ByteSource) else Path(path).stat().st_size
     end = size if end is None else min(end, size)
     if begin < 0 or begin % unit_size or end < begin:
         raise ValueError(f"bad unit range [{begin}, {end}) for {unit_size}-byte units")
     return begin, end, size
 
 
-def range_account(local: FileAccount, path: str | Path, begin: int, end: int,
+def range_account(local: FileAccount, path: FileTarget, begin: int, end: int,
                   file_size: int, unit_size: int) -> FileAccount:
     """The account of bytes [begin, end) of a file, from the account of their decode.
 
@@ -405,7 +406,8 @@ def range_account(local: FileAccount, path: str | Path, begin: int, end: int,
     are a zero tail only if nothing non-zero follows in the file; otherwise they are a
     hole, exactly as a whole-file decode would report them.
     """
-    account = FileAccount(str(path), end - begin, local.decoded, local.blank)
+    name = source_name(path)
+    account = FileAccount(name, end - begin, local.decoded, local.blank)
     tail = local.zero_tail
     full_units_end = file_size // unit_size * unit_size
     torn = any(region.reason.startswith(races.TORN_TAIL) for region in local.unreadable)
@@ -416,7 +418,7 @@ def range_account(local: FileAccount, path: str | Path, begin: int, end: int,
         if units_follow and reason.startswith(races.TORN_TAIL):
             reason = f"{UNIT_BEFORE_MORE}; {reason.split('; ', 1)[-1]}"
         account.unreadable.append(UnreadableRegion(
-            str(path), region.offset + begin, region.length, reason))
+            name, region.offset + begin, region.length, reason))
     if tail and units_follow:
         account.add_unreadable(end - tail, tail,
                                "all-zero units followed by more data (hole in the queue)")
@@ -428,17 +430,19 @@ def range_account(local: FileAccount, path: str | Path, begin: int, end: int,
 Decode = TypeVar("Decode")  # CqFileDecode or BcqFileDecode
 
 
-def decode_unit_range(path: str | Path, begin: int, end: int | None, unit_size: int,
+def decode_unit_range(path: FileTarget, begin: int, end: int | None, unit_size: int,
                       decode_bytes: Callable[..., Decode], topic: str | None,
                       queue_id: int | None) -> Decode:
-    """Decode bytes [begin, end) of a fixed-unit queue file with ``decode_bytes``.
+    """Decode bytes [begin, end) of a fixed-unit queue file (a path or a ByteSource) with
+    ``decode_bytes``.
 
     Positions and the account come back file-relative; the account covers only the
     range, so the decodes of adjacent ranges add up to the whole file.
     """
     begin, end, file_size = unit_range(path, begin, end, unit_size)
-    where = unit_file_identity(path, unit_size, topic, queue_id)
-    local = decode_bytes(read_range(path, begin, end), path=path, start=where.start + begin,
+    name = source_name(path)
+    where = unit_file_identity(name, unit_size, topic, queue_id)
+    local = decode_bytes(read_range(path, begin, end), path=name, start=where.start + begin,
                          topic=where.topic, queue_id=where.queue_id)
     local.start = where.start
     local.file_position = local.file_position + begin
@@ -449,7 +453,7 @@ def decode_unit_range(path: str | Path, begin: int, end: int | None, unit_size: 
 
 
 def decode_cq_range(
-    path: str | Path, begin: int = 0, end: int | None = None, *,
+    path: FileTarget, begin: int = 0, end: int | None = None, *,
     topic: str | None = None, queue_id: int | None = None,
 ) -> CqFileDecode:
     """Decode bytes [begin, end) of one consume-queue file (``begin`` on a unit boundary).
