@@ -46,7 +46,9 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     load = commands.add_parser("load", help="load a store snapshot into the Delta tables")
-    load.add_argument("store", help="snapshot directory (a broker storePathRootDir copy)")
+    load.add_argument("store", help="snapshot directory (a broker storePathRootDir copy), or "
+                      "a snapshot root in a bucket (s3://bucket/prefix) holding the broker's "
+                      "snapshot --snapshot-id")
     load.add_argument("--broker", required=True, help="broker name (identity in every table)")
     load.add_argument("--snapshot-id", required=True, help="snapshot id, e.g. 2026-11-23")
     load.add_argument("--body-policy", choices=("full", "hash", "none"), default="full",
@@ -256,16 +258,18 @@ def _maintain(args: argparse.Namespace) -> int:
 def _refusals() -> tuple[type[BaseException], ...]:
     from jobs.alerts.evaluation import AlertConfigError
     from jobs.check.views import SnapshotNotLoadedError
+    from jobs.lakehouse.locations import UnsupportedLocationError
     from jobs.lakehouse.migrate import MigrationError
     from jobs.lakehouse.table_versions import ContractVersionError
     from jobs.lakehouse.tables import TableDriftError
     from jobs.load.job import LoadRefusedError
     from jobs.query.saved import QueryError
+    from jobs.snapshot.copier import SnapshotError
     from rmqlib.errors import StoreError
 
     return (LoadRefusedError, QueryError, TableDriftError,
             StoreError, SnapshotNotLoadedError, AlertConfigError, ContractVersionError,
-            MigrationError)
+            MigrationError, UnsupportedLocationError, SnapshotError)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -347,12 +351,13 @@ def _load(spark, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-de
     from jobs.load.job import LoadOptions, load_snapshot
     from jobs.load.summary import format_summary, summary_dict
 
+    store, taken_at = _snapshot_to_load(args)
     options = LoadOptions(split_bytes=args.split_mib * 2**20, body_policy=args.body_policy,
-                          verify_crc=not args.no_crc, taken_at=args.taken_at,
+                          verify_crc=not args.no_crc, taken_at=taken_at,
                           engine=args.engine, local_up_to_mib=args.local_up_to_mib,
                           replica=args.replica)
     with ConsoleProgress(spark, quiet=args.quiet) as progress:
-        summary = load_snapshot(spark, args.broker, args.snapshot_id, args.store, options,
+        summary = load_snapshot(spark, args.broker, args.snapshot_id, store, options,
                                 registry=Registry(None, _warehouse(args)), progress=progress)
     print(json.dumps(summary_dict(summary), indent=2) if args.json else format_summary(summary))
     for name in args.query:
@@ -361,6 +366,26 @@ def _load(spark, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-de
         print(f"\nsaved query {name} (python -m jobs sql --saved {name}):")
         run_saved(spark(), name).show(20, truncate=40)
     return EXIT_OK
+
+
+def _snapshot_to_load(args: argparse.Namespace) -> tuple[str | Path, datetime | None]:
+    """The store directory to load and when it was taken: ``STORE`` as given, or, for a
+    snapshot root in a bucket (``s3://...``), this host's mirror of the broker's snapshot
+    ``--snapshot-id`` there and the time its manifest says it was taken."""
+    from jobs.lakehouse.locations import is_uri, warehouse_location
+    from jobs.snapshot.bucket import BucketSnapshots
+
+    if not is_uri(args.store):
+        return args.store, args.taken_at
+    snapshots = BucketSnapshots(warehouse_location(args.store, "STORE"))
+    manifest = snapshots.manifest(args.broker, args.snapshot_id)
+    if manifest is None:
+        from jobs.snapshot.copier import SnapshotError
+
+        raise SnapshotError(f"{args.broker}: no snapshot {args.snapshot_id} in "
+                            f"{snapshots.root / args.broker}")
+    return (snapshots.local_store(args.broker, args.snapshot_id),
+            args.taken_at or datetime.fromisoformat(manifest.started_at))
 
 
 def _check(args: argparse.Namespace, start_spark) -> int:  # type: ignore[no-untyped-def]

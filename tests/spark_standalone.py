@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,9 +70,14 @@ class Cluster:
 
 @contextmanager
 def standalone_cluster(root: Path, workers: int = 1, cores: int = 1,
-                       memory: str = "1g") -> Iterator[Cluster]:
+                       memory: str = "1g", worker_hides: Sequence[Path] = (),
+                       worker_env: Mapping[str, str] | None = None) -> Iterator[Cluster]:
     """A master and ``workers`` workers of ``cores`` cores and ``memory`` each, under
-    ``root``; ClusterStartError when they do not come up."""
+    ``root``; ClusterStartError when they do not come up.
+
+    ``worker_hides``: directories the workers (and so their executors) do not see, as on
+    another host: each worker runs in a mount namespace of its own (``unshare``, as root)
+    with an empty tmpfs mounted over each. ``worker_env``: variables only the workers get."""
     conf_dir, work_dir, event_dir = root / "conf", root / "work", root / "events"
     for folder in (conf_dir, work_dir, event_dir):
         folder.mkdir(parents=True, exist_ok=True)
@@ -104,7 +110,8 @@ def standalone_cluster(root: Path, workers: int = 1, cores: int = 1,
             processes.append((name, _spawn(
                 "org.apache.spark.deploy.worker.Worker",
                 [cluster.url, "--host", "127.0.0.1", "--cores", str(cores), "--memory", memory,
-                 "--webui-port", str(free_port()), "--work-dir", str(work_dir)], log, env)))
+                 "--webui-port", str(free_port()), "--work-dir", str(work_dir)], log,
+                {**env, **(worker_env or {})}, hides=worker_hides)))
         _wait(cluster, processes, f"{workers} worker(s) to register",
               lambda state: [w["state"] for w in state["workers"]] == ["ALIVE"] * workers)
         yield cluster
@@ -113,10 +120,15 @@ def standalone_cluster(root: Path, workers: int = 1, cores: int = 1,
             _stop(process)
 
 
-def _spawn(cls: str, args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen:
+def _spawn(cls: str, args: list[str], log: Path, env: dict[str, str],
+           hides: Sequence[Path] = ()) -> subprocess.Popen:
+    command = [str(SPARK_HOME / "bin" / "spark-class"), cls, *args]
+    if hides:  # a private mount namespace with an empty tmpfs over each hidden directory
+        mounts = " && ".join(f"mount -t tmpfs rmq-hidden {shlex.quote(str(d))}" for d in hides)
+        command = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+                   f"{mounts} && exec {shlex.join(command)}"]
     with log.open("wb") as out:  # the child keeps its own descriptor
-        return subprocess.Popen([str(SPARK_HOME / "bin" / "spark-class"), cls, *args],
-                                stdout=out, stderr=subprocess.STDOUT, env=env,
+        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env,
                                 cwd=log.parent, start_new_session=True)
 
 

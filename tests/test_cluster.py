@@ -2,9 +2,12 @@
 
 A master and one worker (1 core, 1 GiB) run on 127.0.0.1 from the installed pyspark. The load
 is submitted as its own process, ``python -m jobs --master spark://...``, and then once more
-with ``spark-submit jobs/cli.py``, that time into a warehouse in an S3 bucket (the local S3
-server), whose keys only the driver is given: the worker started without them, and its
-executor writes the night's files with what the driver hands it. Both must register an
+with ``spark-submit jobs/cli.py``, that time from a snapshot and into a warehouse in an S3
+bucket (the local S3 server), whose keys only the driver is given: the worker started
+without them, in a mount namespace where the driver's mirror of the snapshot is an empty
+directory (another host, sharing nothing but the bucket), and its executor reads the
+snapshot's objects and writes the night's files with what the driver hands it. Both must
+register an
 application with the master whose executor the worker launched, and every Spark task must
 have run on that executor (the event log says where each task ran), not in the driver. The
 bucket's tables equal the local ones.
@@ -13,6 +16,7 @@ bucket's tables equal the local ones.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -31,7 +35,11 @@ from spark_standalone import (
     tail,
 )
 
+from jobs.lakehouse import tables as T
 from jobs.lakehouse.jars import ensure_delta_jars
+from jobs.lakehouse.locations import Location
+from jobs.snapshot.bucket import MIRROR_ENV, BucketSnapshots
+from jobs.snapshot.sources import LocalSource
 from rmqlib.commitlog.records import scan_store
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.cluster]
@@ -42,11 +50,21 @@ RUN_TIMEOUT = 600  # seconds per load (a shared 2-core machine can be slow)
 
 
 @pytest.fixture(scope="module")
-def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def driver_host(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The driver's mirror of the bucket's snapshots: a directory the worker cannot see."""
+    return tmp_path_factory.mktemp("driver-host")
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory, driver_host: Path
+                  ) -> Iterator[Cluster]:
     """A standalone master and one worker (1 core, 1 GiB) on 127.0.0.1
-    (tests/spark_standalone.py); both are stopped at the end."""
+    (tests/spark_standalone.py); both are stopped at the end. The worker runs as on
+    another host: the driver's mirror is hidden from it, and it has a mirror of its own."""
     try:
-        with standalone_cluster(tmp_path_factory.mktemp("cluster")) as cluster:
+        with standalone_cluster(tmp_path_factory.mktemp("cluster"), worker_hides=[driver_host],
+                                worker_env={MIRROR_ENV: str(tmp_path_factory.mktemp(
+                                    "worker-host"))}) as cluster:
             yield cluster
     except ClusterStartError as error:
         pytest.fail(str(error), pytrace=False)
@@ -96,7 +114,7 @@ def rows(warehouse: Path, table: str, columns: list[str]) -> list[dict]:
 
 
 def test_a_load_runs_on_the_executors_of_a_standalone_cluster(  # type: ignore[no-untyped-def]
-        spark_cluster: Cluster, broker_stores, tmp_path: Path) -> None:
+        spark_cluster: Cluster, driver_host: Path, broker_stores, tmp_path: Path) -> None:
     store = broker_stores["v5-clean"] / "store"
     warehouse = tmp_path / "warehouse"
     records = sum(1 for _ in scan_store(store / "commitlog"))
@@ -118,14 +136,35 @@ def test_a_load_runs_on_the_executors_of_a_standalone_cluster(  # type: ignore[n
     jars = ",".join(str(jar) for jar in ensure_delta_jars())
     driver_logging = (f"-Dlog4j2.configurationFile={LOG4J_CONFIG} "
                       f"-Drmq.log.file={spark_cluster.env['RMQ_SPARK_LOG_FILE']}")
+    # This time the snapshot is in the bucket too, taken by the driver's host; the worker
+    # sees neither the driver's mirror of it nor any directory but its own: its executor
+    # reads the snapshot's objects and writes the night's files to the bucket.
     with serving_bucket(tmp_path / "s3", "lake") as server:
-        bucket = "s3://lake/cluster"
+        bucket, snapshots = "s3://lake/cluster", "s3://lake/snapshots"
+        os.environ[MIRROR_ENV] = str(driver_host)
+        try:
+            BucketSnapshots(Location(snapshots)).take(LocalSource(store), "b", "s1")
+        finally:
+            del os.environ[MIRROR_ENV]
         on_bucket = ["--warehouse", bucket, *load]
         app_id, app = run_driver(
             spark_cluster, [str(SPARK_HOME / "bin" / "spark-submit"), "--master",
                             spark_cluster.url, "--jars", jars, "--driver-java-options",
                             driver_logging, "jobs/cli.py", *on_bucket, "--snapshot-id", "s1",
-                            str(store)],
-            "spark-submit", tmp_path, {"PYTHONPATH": str(REPO), **server.environment()})
+                            snapshots],
+            "spark-submit", tmp_path, {"PYTHONPATH": str(REPO), MIRROR_ENV: str(driver_host),
+                                       **server.environment()})
         assert_ran_on_the_worker(spark_cluster, app_id, app)
-        assert warehouse_content(bucket) == warehouse_content(warehouse)
+        on_s3, on_disk = warehouse_content(bucket), warehouse_content(warehouse)
+        loaded = [json.loads(row) for row in on_s3.pop(T.SNAPSHOTS)]
+        assert [row["store_path"] for row in loaded] == [f"{snapshots}/b/s1"]
+        assert _without_place(loaded) == _without_place(
+            [json.loads(row) for row in on_disk.pop(T.SNAPSHOTS)])
+        assert on_s3 == on_disk
+
+
+def _without_place(rows: list[dict]) -> list[dict]:
+    """Snapshot rows without where the store was and when it was taken (a directory and
+    its files' time here; the bucket's URI and the manifest's time there)."""
+    return [{k: v for k, v in row.items() if k not in ("store_path", "taken_at")}
+            for row in rows]

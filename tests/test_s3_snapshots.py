@@ -14,13 +14,32 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from s3_server import serving_bucket
 from s3_throttle import faulty_proxy
 from test_snapshot import assert_identical
 
+from jobs.lakehouse import tables as T
+from jobs.lakehouse.contracts import load_contract
 from jobs.lakehouse.locations import Location
-from jobs.snapshot.bucket import MIRROR_ENV, OBJECTS, BucketSnapshots, object_key
+from jobs.load.decode_tasks import (
+    BATCHCONSUMEQUEUE,
+    COMMITLOG,
+    CONSUMEQUEUE,
+    INDEX,
+    DecodeContext,
+    read_report,
+    run_task,
+)
+from jobs.load.plan import plan_load
+from jobs.snapshot.bucket import (
+    MIRROR_ENV,
+    OBJECTS,
+    BucketSnapshots,
+    SnapshotObjects,
+    object_key,
+)
 from jobs.snapshot.copier import SnapshotError, SnapshotInPastError, take_snapshot
 from jobs.snapshot.manifest import LINKED, Manifest
 from jobs.snapshot.sources import LocalSource
@@ -198,3 +217,45 @@ def test_retention_deletes_manifests_then_the_objects_no_kept_snapshot_names(
     monkeypatch.setenv(MIRROR_ENV, str(tmp_path / "reader"))
     for source, snapshot_id in zip(sources[1:], IDS[1:], strict=True):
         assert_identical(source, bucket.local_store("kept", snapshot_id))
+
+
+TABLE_OF_KIND = {COMMITLOG: T.MESSAGES, CONSUMEQUEUE: T.QUEUE_ENTRIES,
+                 BATCHCONSUMEQUEUE: T.QUEUE_ENTRIES, INDEX: T.INDEX_ENTRIES}
+
+
+def test_an_executor_reading_the_objects_decodes_what_the_mirror_holds(
+        s3, features_store, monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Every task of a whole-store plan, decoded as Spark's executors do (from the bucket:
+    ranged GETs, an index file cached on the host) and as the driver would (its mirror):
+    the same batches and the same reports."""
+    source = features_store / "store"
+    bucket = on_host(monkeypatch, tmp_path / "driver")
+    bucket.take(LocalSource(source), "exec", IDS[0])
+    mirror = bucket.local_store("exec", IDS[0])
+    objects = SnapshotObjects.beside(mirror)
+    assert objects is not None and objects.uri == f"{ROOT}/exec/{IDS[0]}"
+    monkeypatch.setenv(MIRROR_ENV, str(tmp_path / "executor"))
+    tasks = [t for t in plan_load(mirror, []).tasks if t.kind in TABLE_OF_KIND]
+    assert {t.kind for t in tasks} == set(TABLE_OF_KIND)
+    for task in tasks:
+        outputs = []
+        for read_objects in (False, True):
+            reports = tmp_path / f"reports-{read_objects}"
+            context = DecodeContext("exec", IDS[0], str(reports),
+                                    load_contract(TABLE_OF_KIND[task.kind]).arrow_schema(),
+                                    objects=objects, read_objects=read_objects)
+            batches = list(run_task(task, context))
+            report = read_report(str(reports), task.task_id)
+            assert report is not None
+            report.pop("seconds")
+            outputs.append((pa.Table.from_batches(batches, context.output_schema), report))
+        (local, local_report), (remote, remote_report) = outputs
+        assert remote.equals(local) and remote_report == local_report, task.task_id
+    # The index files were fetched once each into the executor host's object cache; the
+    # queues with ext addresses needed consumequeue_ext/ beside them: the host's mirror.
+    host = tmp_path / "executor" / "snaps" / "fleet" / "exec"
+    cached = {p.relative_to(host).as_posix() for p in (host / OBJECTS).rglob("*")
+              if p.is_file()}
+    assert cached == {objects.entry(t.rel_path).object for t in tasks if t.kind == INDEX}
+    assert sorted(p.name for p in host.iterdir()) == [IDS[0], OBJECTS]
+    assert (host / IDS[0] / "store" / "consumequeue_ext").is_dir()

@@ -52,7 +52,7 @@ from jobs.lakehouse.engine_choice import (
     ENGINES,
     LOCAL_LOAD_UP_TO_MIB,
 )
-from jobs.lakehouse.locations import Location
+from jobs.lakehouse.locations import Location, UnsupportedLocationError, local_directory
 from jobs.lakehouse.spark_session import SparkOnDemand
 from jobs.lakehouse.tables import Registry
 from jobs.load import rewrites, state_rows
@@ -564,7 +564,10 @@ def load_snapshot(spark: SparkSession | SparkOnDemand, broker: str, snapshot_id:
         raise LoadRefusedError(f"load engine must be one of {', '.join(ENGINES)}")
     if not broker or not snapshot_id:
         raise LoadRefusedError("a broker name and a snapshot id are required")
-    store = Path(store).resolve()
+    try:  # a URI is never taken for a path (a snapshot in a bucket: its mirror)
+        store = local_directory(store, "store").resolve()
+    except UnsupportedLocationError as error:
+        raise LoadRefusedError(str(error)) from None
     on_demand = spark if isinstance(spark, SparkOnDemand) else SparkOnDemand(lambda: spark)
     registry = ready_registry(on_demand, registry)
     try:

@@ -267,6 +267,7 @@ class BucketSnapshots:
         _delete_keys(self.root / broker, orphans)
         mirror = clean_up_snapshots(self.mirror, broker, current, retention_days)
         self._forget_unpublished(broker, kept)
+        _trim_object_cache(self.mirror / broker / OBJECTS, named)
         _remove_stale_partials(broker_dir(self.mirror, broker), grace_s)
         return Cleanup(removed, kept, mirror.partials_removed, objects_removed=len(orphans))
 
@@ -450,6 +451,16 @@ def _delete_keys(directory: Location, relatives: list[str]) -> None:
     paths = [f"{key}/{relative}" for relative in relatives]
     for start in range(0, len(paths), 1000):
         obstore.delete(store, paths[start:start + 1000])
+
+
+def _trim_object_cache(cache: Path, named: set[str | None]) -> None:
+    """Delete the objects a host cached (SnapshotObjects.local_file) that no kept
+    snapshot names."""
+    if not cache.is_dir():
+        return
+    for path in [p for p in cache.rglob("*") if p.is_file()]:
+        if f"{OBJECTS}/{path.relative_to(cache).as_posix()}" not in named:
+            path.unlink()
 
 
 def _remove_stale_partials(directory: Path, older_than_s: float) -> None:
