@@ -63,8 +63,10 @@ class Grown:
 
 class GrowingBroker:
     def __init__(self, root: Path, messages_per_night: int, body_size: int = 100,
-                 retained_nights: int = 3, index_files: bool = True) -> None:
+                 retained_nights: int = 3, index_files: bool = True,
+                 segment_size: int = SEGMENT) -> None:
         self.store = root / "store"
+        self.segment = segment_size
         self.retained_nights = retained_nights
         self.index_files = index_files
         self._index: IndexWriter | None = None
@@ -110,13 +112,13 @@ class GrowingBroker:
     # ---- commitlog
 
     def _segment(self, offset: int) -> Path:
-        return self.store / "commitlog" / f"{offset - offset % SEGMENT:020d}"
+        return self.store / "commitlog" / f"{offset - offset % self.segment:020d}"
 
     def _room_for(self, length: int) -> int:
         """The physical offset the next record of ``length`` bytes goes to: the current
         end, or the next segment after a BLANK when record + 8 bytes no longer fit."""
         end = self.state.physical_end
-        left = SEGMENT - end % SEGMENT
+        left = self.segment - end % self.segment
         if length + 8 > left:
             self._write_at(end, struct.pack(">iI", left, BLANK_MAGIC))
             self.state.physical_end = end + left
@@ -130,9 +132,9 @@ class GrowingBroker:
         path = self._segment(offset)
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(bytes(SEGMENT))      # a new segment is all zeros
+            path.write_bytes(bytes(self.segment))  # a new segment is all zeros
         with path.open("r+b") as out:
-            out.seek(offset % SEGMENT)
+            out.seek(offset % self.segment)
             out.write(data)
 
     def _apply_retention(self) -> None:
@@ -142,7 +144,7 @@ class GrowingBroker:
         keep_from = starts[-self.retained_nights]
         segments = sorted((self.store / "commitlog").iterdir())
         for segment in segments[:-1]:
-            if int(segment.name) + SEGMENT <= keep_from:
+            if int(segment.name) + self.segment <= keep_from:
                 segment.unlink()
         commitlog_min = int(min(p.name for p in (self.store / "commitlog").iterdir()))
         for queue in (self.store / "consumequeue").glob("*/*"):

@@ -273,6 +273,7 @@ def _refusals() -> tuple[type[BaseException], ...]:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from jobs.lakehouse.locations import is_uri
     from jobs.lakehouse.spark_session import SparkOnDemand, build_spark_session
 
     refused = _refusals()
@@ -281,7 +282,8 @@ def _run(args: argparse.Namespace) -> int:
         warehouse=_warehouse_option(args)))
     try:
         if args.command == "load":
-            _check_store(Path(args.store))  # a wrong path fails in a second, not after Spark
+            if not is_uri(args.store):  # a wrong path fails in a second, not after Spark
+                _check_store(Path(args.store))
             return _load(spark, args)
         if args.command == "check":
             return _check(args, spark)  # a small snapshot's check starts no Spark
