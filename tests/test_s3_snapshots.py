@@ -33,15 +33,18 @@ from jobs.load.decode_tasks import (
     run_task,
 )
 from jobs.load.plan import plan_load
+from jobs.snapshot import bucket as bucket_module
 from jobs.snapshot.bucket import (
     MIRROR_ENV,
     OBJECTS,
     BucketSnapshots,
     SnapshotObjects,
-    object_key,
+    chunk_key,
+    chunk_offset,
+    content_key,
 )
 from jobs.snapshot.copier import SnapshotError, SnapshotInPastError, take_snapshot
-from jobs.snapshot.manifest import LINKED, Manifest
+from jobs.snapshot.manifest import GROWN, FileEntry, Manifest
 from jobs.snapshot.sources import LocalSource
 
 pytestmark = [pytest.mark.broker]
@@ -49,6 +52,7 @@ pytestmark = [pytest.mark.broker]
 REPO = Path(__file__).resolve().parent.parent
 IDS = ("2026-11-20T0200Z", "2026-11-21T0200Z", "2026-11-22T0200Z")
 ROOT = "s3://snaps/fleet"
+CHUNK = 64 * 1024  # the nights' chunk size: the 1 MiB segments span several
 TAKE_ONE = """
 import json, sys
 from jobs.snapshot.roots import snapshots_at
@@ -71,8 +75,17 @@ def on_host(monkeypatch: pytest.MonkeyPatch, mirror: Path) -> BucketSnapshots:
     return BucketSnapshots(Location(ROOT))
 
 
+def content_of(entry: FileEntry) -> tuple[str, int, int, str]:
+    return entry.path, entry.size, entry.data_length, entry.sha256
+
+
 def content(manifest: Manifest) -> list[tuple[str, int, int, str]]:
-    return sorted((f.path, f.size, f.data_length, f.sha256) for f in manifest.files)
+    return sorted(map(content_of, manifest.files))
+
+
+def keys(*manifests: Manifest) -> set[str]:
+    """The objects the manifests name."""
+    return {key for manifest in manifests for entry in manifest.files for key in entry.objects}
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +95,7 @@ def nights(s3, growing_store, tmp_path_factory):  # type: ignore[no-untyped-def]
     work = tmp_path_factory.mktemp("nights")
     sources = [growing_store / "snapshots" / name / "store" for name in ("s1", "s2", "s3")]
     with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(bucket_module, "CHUNK_OBJECT_BYTES", CHUNK)
         bucket = on_host(patch, work / "host-a")
         taken = [bucket.take(LocalSource(source), "b", snapshot_id)
                  for source, snapshot_id in zip(sources, IDS, strict=True)]
@@ -101,29 +115,41 @@ def test_nights_in_a_bucket_read_back_identical_on_another_host(
         assert_identical(source, bucket.local_store("b", mine.snapshot_id))
     # Nothing is in the bucket but manifests and the objects they name.
     objects = {f"{OBJECTS}/{f.relative}" for f in (Location(ROOT) / "b" / OBJECTS).files()}
-    assert objects == {f.object for m in taken for f in m.files}
+    assert objects == keys(*taken)
 
 
 def test_a_night_uploads_and_another_host_downloads_only_new_bytes(
         nights, monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    _work, _sources, (first, second, _third), _local = nights
-    named_before = {f.object for f in first.files}
-    new = [f for f in second.files if f.object not in named_before]
-    assert second.uploaded_objects == len(new) < len(second.files)
-    assert second.uploaded_bytes == sum(f.data_length for f in new) < second.data_bytes
-    assert all(f.object == object_key(f) for f in second.files)
-    assert not [f for f in second.files if f.how == LINKED and f.object not in named_before]
+    work, _sources, (first, second, _third), _local = nights
+    held = set(content(first))
+    changed = [f for f in second.files if content_of(f) not in held]
+    new = keys(second) - keys(first)
+    new_bytes = sum(chunk_offset(key)[1] for key in new)
+    # Only the chunks that changed: a grown file uploads its last chunk and what follows.
+    assert second.uploaded_objects == len(new) and second.uploaded_bytes == new_bytes
+    assert new_bytes < sum(f.data_length for f in changed) < second.data_bytes
+    before = {f.path: f for f in first.files}
+    grown = [f for f in changed if f.how == GROWN and before[f.path].data_length >= CHUNK]
+    # A grown file's full chunks of the night before are the same objects.
+    assert grown and all(f.objects[:before[f.path].data_length // CHUNK]
+                         == before[f.path].objects[:before[f.path].data_length // CHUNK]
+                         for f in grown)
+    for entry in second.files:  # each chunk is named by the bytes it holds
+        data = (work / "local" / "b" / IDS[1] / "store" / entry.path).read_bytes()[
+            :entry.data_length]
+        assert entry.objects == [chunk_key(entry.path, offset, data[offset:offset + CHUNK])
+                                 for offset in range(0, entry.data_length, CHUNK)]
     bucket = on_host(monkeypatch, tmp_path / "host-c")
     lines: list[str] = []
     old = bucket.local_store("b", IDS[0])
     fresh = bucket.local_store("b", IDS[1], progress=lines.append)
-    assert lines == [f"b: snapshot {IDS[1]} to this host's mirror: {len(new)} of "
-                     f"{len(second.files)} file(s) downloaded "
-                     f"({second.uploaded_bytes / 2**20:.1f} MiB), the rest linked"]
+    assert lines == [f"b: snapshot {IDS[1]} to this host's mirror: {len(new)} object(s) "
+                     f"downloaded ({new_bytes / 2**20:.1f} MiB) for {len(changed)} of "
+                     f"{len(second.files)} file(s), the rest linked"]
     for entry in second.files:  # what the host held is linked, not fetched again
         same = (fresh / entry.path).stat().st_ino == (old / entry.path).stat().st_ino \
             if (old / entry.path).exists() else False
-        assert same == (entry.object in named_before), entry.path
+        assert same == (content_of(entry) in held), entry.path
     # A host reading what it holds downloads nothing.
     lines.clear()
     assert bucket.local_store("b", IDS[1], progress=lines.append) == fresh and lines == []
@@ -206,8 +232,8 @@ def test_retention_deletes_manifests_then_the_objects_no_kept_snapshot_names(
 
     result = bucket.clean_up("kept", IDS[2], retention_days=1.5)  # keeps IDS[1:]
     assert (result.removed, result.kept) == ([IDS[0]], list(IDS[1:]))
-    named = {f.object for m in taken[1:] for f in m.files}
-    unnamed = {f.object for f in taken[0].files} - named | {
+    named = keys(*taken[1:])
+    unnamed = keys(taken[0]) - named | {
         f"{OBJECTS}/commitlog/interrupted-upload"}
     # Objects no manifest names are kept for a day (an upload may be in flight) ...
     assert result.objects_removed == 0 and stored() == named | unnamed
@@ -229,6 +255,7 @@ def test_an_executor_reading_the_objects_decodes_what_the_mirror_holds(
     ranged GETs, an index file cached on the host) and as the driver would (its mirror):
     the same batches and the same reports."""
     source = features_store / "store"
+    monkeypatch.setattr(bucket_module, "CHUNK_OBJECT_BYTES", CHUNK)  # reads span chunks
     bucket = on_host(monkeypatch, tmp_path / "driver")
     bucket.take(LocalSource(source), "exec", IDS[0])
     mirror = bucket.local_store("exec", IDS[0])
@@ -256,6 +283,6 @@ def test_an_executor_reading_the_objects_decodes_what_the_mirror_holds(
     host = tmp_path / "executor" / "snaps" / "fleet" / "exec"
     cached = {p.relative_to(host).as_posix() for p in (host / OBJECTS).rglob("*")
               if p.is_file()}
-    assert cached == {objects.entry(t.rel_path).object for t in tasks if t.kind == INDEX}
+    assert cached == {content_key(objects.entry(t.rel_path)) for t in tasks if t.kind == INDEX}
     assert sorted(p.name for p in host.iterdir()) == [IDS[0], OBJECTS]
     assert (host / IDS[0] / "store" / "consumequeue_ext").is_dir()

@@ -1,33 +1,38 @@
-"""Snapshots in an object store: objects by content, each snapshot one manifest.
+"""Snapshots in an object store: chunks of files by content, each snapshot one manifest.
 
 A bucket has neither the hard links nor the rename the local copier builds on
 (:mod:`jobs.snapshot.copier`). Under the root ``s3://bucket/prefix``::
 
-    <broker>/objects/<path>/<data_length>-<sha256>   bytes [0, data_length) of one file
-    <broker>/<snapshot_id>/manifest.json             the snapshot; each file's entry
-                                                     names its object (FileEntry.object)
+    <broker>/objects/<path>/<offset>-<length>-<sha256>   one chunk of a file's data
+    <broker>/<snapshot_id>/manifest.json                  the snapshot; each file's entry
+                                                          names its chunks (FileEntry.objects)
+
+A file's data, bytes [0, data_length), is cut into chunks of :data:`CHUNK_OBJECT_BYTES`
+(the last one shorter); a chunk is named by where it starts, its length and its sha256,
+so the same bytes are the same object night after night. A finished file is uploaded
+once; a growing one uploads only its last chunk again and the chunks after it: a night
+costs its new bytes plus at most one chunk per growing file, whatever the file's size.
 
 * **Taking** one: the local copier takes the snapshot into this host's *mirror* of the
   root (:func:`mirror_root`), beside the previous snapshot (downloaded first when this
   host does not hold it), so a finished file is linked and a growing one extended exactly
-  as on a disk, and the broker is read no more than there. Then every object the previous
+  as on a disk, and the broker is read no more than there. Then every chunk the previous
   manifest does not name is uploaded, and last the manifest, with ``If-None-Match: *``: a
   snapshot exists when its manifest does (complete or absent, as the rename makes it on a
   disk), and of two hosts taking the same night exactly one publishes.
 * **Reading** one: :meth:`BucketSnapshots.local_store` gives a local directory of it in
   this host's mirror, hard-linking the files the mirror already holds with the same
   content and downloading the others (checked against the manifest's sha256). A host
-  reading the nights it took downloads nothing.
+  reading the nights it took downloads nothing. Spark's executors read ranges of the
+  chunks themselves (:class:`SnapshotObjects`).
 * **Retention** deletes manifests first, then the objects no remaining manifest names
   that are older than :data:`ORPHAN_GRACE_S` (a snapshot still uploading keeps its new
   objects; an interrupted one's are collected a day later).
-
-A growing file is a new object each night, uploaded whole ([0, data_length)): the
-measured cost against ranged uploads is in docs/object-storage.md.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import shutil
@@ -75,9 +80,29 @@ UPLOAD_PART_BYTES = 8 * 2**20
 Progress = Callable[[str], None]
 
 
-def object_key(entry: FileEntry) -> str:
-    """The object of a file's bytes, relative to the broker's directory: its path, data
-    length and the sha256 of its data, so equal bytes are one object."""
+#: A file's data is stored in chunks of this size: what a growing file uploads again.
+CHUNK_OBJECT_BYTES = 64 * 2**20
+
+
+def chunk_spans(data_length: int) -> list[tuple[int, int]]:
+    """(offset, length) of the chunks of ``data_length`` bytes of data (none for none)."""
+    return [(offset, min(CHUNK_OBJECT_BYTES, data_length - offset))
+            for offset in range(0, data_length, CHUNK_OBJECT_BYTES)]
+
+
+def chunk_key(path: str, offset: int, data: bytes) -> str:
+    """The object of one chunk, relative to the broker's directory."""
+    return f"{OBJECTS}/{path}/{offset}-{len(data)}-{hashlib.sha256(data).hexdigest()}"
+
+
+def chunk_offset(key: str) -> tuple[int, int]:
+    """(offset, length) of a chunk from its key."""
+    offset, length, _ = key.rsplit("/", 1)[1].split("-")
+    return int(offset), int(length)
+
+
+def content_key(entry: FileEntry) -> str:
+    """A whole file's content, as a host caches it (SnapshotObjects.local_file)."""
     return f"{OBJECTS}/{entry.path}/{entry.data_length}-{entry.sha256}"
 
 
@@ -158,35 +183,42 @@ class BucketSnapshots:
 
     def _upload_new_objects(self, broker: str, manifest: Manifest,
                             previous: Manifest | None, say: Progress) -> None:
-        """Name each file's object and upload those the previous manifest does not name
-        (retention keeps every object a manifest names)."""
-        known = {f.object for f in previous.files} if previous else set()
+        """Name each file's chunks and upload those the previous manifest does not name
+        (retention keeps every object a manifest names). A file whose content the
+        previous snapshot had keeps its chunks unread."""
+        before = {_content(f): f.objects for f in previous.files} if previous else {}
+        known = {key for f in previous.files for key in f.objects} if previous else set()
         store = snapshot_dir(self.mirror, broker, manifest.snapshot_id) / STORE_DIR
-        new = []
+        uploaded, uploaded_bytes = 0, 0
+        say(f"{broker}: uploading what is new of {len(manifest.files)} file(s) to "
+            f"{self.root / broker}")
         for entry in manifest.files:
-            entry.object = object_key(entry)
-            if entry.object not in known:
-                new.append(entry)
-                known.add(entry.object)
-        say(f"{broker}: uploading {len(new)} object(s), "
-            f"{sum(e.data_length for e in new) / 2**20:.1f} MiB, to {self.root / broker}")
-        for entry in new:
-            self._upload(broker, entry, store / entry.path)
+            if _content(entry) in before:
+                entry.objects = list(before[_content(entry)])
+                continue
+            entry.objects = []
+            with open(store / entry.path, "rb") as handle:
+                for offset, length in chunk_spans(entry.data_length):
+                    handle.seek(offset)
+                    data = handle.read(length)
+                    key = chunk_key(entry.path, offset, data)
+                    entry.objects.append(key)
+                    if key not in known:
+                        self._upload(broker, key, data)
+                        known.add(key)
+                        uploaded, uploaded_bytes = uploaded + 1, uploaded_bytes + len(data)
         manifest.objects_root = str(self.root / broker)
-        manifest.uploaded_objects = len(new)
-        manifest.uploaded_bytes = sum(e.data_length for e in new)
+        manifest.uploaded_objects = uploaded
+        manifest.uploaded_bytes = uploaded_bytes
 
-    def _upload(self, broker: str, entry: FileEntry, local: Path) -> None:
+    def _upload(self, broker: str, key: str, data: bytes) -> None:
         import obstore
 
-        assert entry.object is not None
-        store, key = (self.root / broker / entry.object).store_and_key()
-        if entry.data_length <= SINGLE_PUT_BYTES:
-            with open(local, "rb") as handle:
-                obstore.put(store, key, handle.read(entry.data_length))
+        store, path = (self.root / broker / key).store_and_key()
+        if len(data) <= SINGLE_PUT_BYTES:
+            obstore.put(store, path, data)
         else:
-            obstore.put(store, key, _chunks(local, entry.data_length),
-                        chunk_size=UPLOAD_PART_BYTES)
+            obstore.put(store, path, _parts(data), chunk_size=UPLOAD_PART_BYTES)
 
     # ----------------------------------------------------------------- the local mirror
 
@@ -208,18 +240,19 @@ class BucketSnapshots:
         partial = broker_dir(self.mirror, broker) / f"{MIRROR_PARTIAL}{snapshot_id}-{os.getpid()}"
         shutil.rmtree(partial, ignore_errors=True)
         (partial / STORE_DIR).mkdir(parents=True)
-        held = self._held(broker)
+        held, chunks = self._held(broker)
         missing = [f for f in manifest.files if _content(f) not in held]
-        say(f"{broker}: snapshot {snapshot_id} to this host's mirror: {len(missing)} of "
-            f"{len(manifest.files)} file(s) downloaded "
-            f"({sum(f.data_length for f in missing) / 2**20:.1f} MiB), the rest linked")
+        fetched = [key for f in missing for key in f.objects if key not in chunks]
+        say(f"{broker}: snapshot {snapshot_id} to this host's mirror: {len(fetched)} "
+            f"object(s) downloaded ({sum(chunk_offset(k)[1] for k in fetched) / 2**20:.1f} "
+            f"MiB) for {len(missing)} of {len(manifest.files)} file(s), the rest linked")
         for entry in manifest.files:
             destination = partial / STORE_DIR / entry.path
             destination.parent.mkdir(parents=True, exist_ok=True)
             if _content(entry) in held:
                 os.link(held[_content(entry)], destination)
             else:
-                self._download(broker, entry, destination)
+                download(self.root / broker, entry, destination, broker, chunks)
         (partial / MANIFEST).write_text(manifest.to_json())
         try:
             os.rename(partial, final)
@@ -229,18 +262,19 @@ class BucketSnapshots:
                 raise
         return final / STORE_DIR
 
-    def _held(self, broker: str) -> dict[tuple, Path]:
-        """The files the mirror's complete snapshots hold, by content."""
+    def _held(self, broker: str) -> tuple[dict[tuple, Path], dict[str, Path]]:
+        """The files the mirror's complete snapshots hold, by content, and the local file
+        holding each object they name (a grown file's unchanged chunks are copied from
+        its earlier version, not downloaded)."""
         held: dict[tuple, Path] = {}
+        chunks: dict[str, Path] = {}
         for snapshot_id in complete_snapshots(self.mirror, broker):
             directory = snapshot_dir(self.mirror, broker, snapshot_id)
             for entry in Manifest.load(directory / MANIFEST).files:
                 held.setdefault(_content(entry), directory / STORE_DIR / entry.path)
-        return held
-
-    def _download(self, broker: str, entry: FileEntry, destination: Path) -> None:
-        assert entry.object is not None
-        download(self.root / broker / entry.object, entry, destination, broker)
+                for key in entry.objects:
+                    chunks.setdefault(key, directory / STORE_DIR / entry.path)
+        return held, chunks
 
     def _forget_unpublished(self, broker: str, published: list[str]) -> None:
         """Drop the mirror's snapshots the bucket does not hold (an attempt that never
@@ -258,8 +292,9 @@ class BucketSnapshots:
         removed, kept = expired(self.ids(broker), current, retention_days)
         for snapshot_id in removed:
             (self.root / broker / snapshot_id / MANIFEST).delete()
-        named = {entry.object for snapshot_id in kept
-                 for entry in (self.manifest(broker, snapshot_id) or _NO_FILES).files}
+        kept_files = [entry for snapshot_id in kept
+                      for entry in (self.manifest(broker, snapshot_id) or _NO_FILES).files]
+        named = {key for entry in kept_files for key in entry.objects}
         cutoff = datetime.now(UTC) - timedelta(seconds=grace_s)
         objects = self.root / broker / OBJECTS
         orphans = [f"{OBJECTS}/{f.relative}" for f in objects.files()
@@ -267,7 +302,7 @@ class BucketSnapshots:
         _delete_keys(self.root / broker, orphans)
         mirror = clean_up_snapshots(self.mirror, broker, current, retention_days)
         self._forget_unpublished(broker, kept)
-        _trim_object_cache(self.mirror / broker / OBJECTS, named)
+        _trim_object_cache(self.mirror / broker / OBJECTS, {content_key(e) for e in kept_files})
         _remove_stale_partials(broker_dir(self.mirror, broker), grace_s)
         return Cleanup(removed, kept, mirror.partials_removed, objects_removed=len(orphans))
 
@@ -279,13 +314,14 @@ _NO_FILES = Manifest("", "", "", "")
 
 
 class ObjectSource:
-    """A snapshot file read straight from its object, as an rmqlib ByteSource: each
-    ``read_at`` one ranged GET (retried as every request is); the zeros past the data
-    the object holds are the file's preallocated tail."""
+    """A snapshot file read straight from its chunks, as an rmqlib ByteSource: each
+    ``read_at`` one ranged GET per chunk it spans (retried as every request is); the
+    zeros past the data are the file's preallocated tail."""
 
-    def __init__(self, location: Location, name: str, size: int, data_length: int) -> None:
-        self.location, self.name = location, name
-        self.size, self.data_length = size, data_length
+    def __init__(self, directory: Location, entry: FileEntry, name: str) -> None:
+        self.directory, self.name = directory, name
+        self.size, self.data_length = entry.size, entry.data_length
+        self.chunks = [(*chunk_offset(key), key) for key in entry.objects]
         self.requests = 0
 
     def read_at(self, position: int, length: int) -> bytes:
@@ -293,12 +329,15 @@ class ObjectSource:
 
         end = min(position + max(length, 0), self.size)
         data_end = min(end, self.data_length)
-        data = b""
-        if position < data_end:
-            store, key = self.location.store_and_key()
-            data = bytes(obstore.get_range(store, key, start=position, end=data_end))
-            self.requests += 1
-        return data + bytes(max(0, end - max(position, data_end)))
+        parts = []
+        for offset, size, key in self.chunks:
+            begin, stop = max(position, offset), min(data_end, offset + size)
+            if begin < stop:
+                store, path = (self.directory / key).store_and_key()
+                parts.append(bytes(obstore.get_range(store, path, start=begin - offset,
+                                                     end=stop - offset)))
+                self.requests += 1
+        return b"".join(parts) + bytes(max(0, end - max(position, data_end)))
 
     def close(self) -> None:
         """Nothing is held open between reads."""
@@ -334,18 +373,15 @@ class SnapshotObjects:
 
     def entry(self, rel_path: str) -> FileEntry:
         found = next((f for f in self.files if f.path == rel_path), None)
-        if found is None or found.object is None:
+        if found is None or (found.data_length and not found.objects):
             raise SnapshotError(f"{self.broker}: snapshot {self.snapshot_id} has no file "
                                 f"{rel_path} in {self.root}")
         return found
 
     def source(self, rel_path: str) -> ObjectSource:
         """The file's bytes, read by ranges from its object."""
-        entry = self.entry(rel_path)
-        assert entry.object is not None
-        return ObjectSource(Location(self.root) / self.broker / entry.object,
-                            f"{self.uri}/{STORE_DIR}/{rel_path}", entry.size,
-                            entry.data_length)
+        return ObjectSource(Location(self.root) / self.broker, self.entry(rel_path),
+                            f"{self.uri}/{STORE_DIR}/{rel_path}")
 
     def local_store(self) -> Path:
         """The whole snapshot in this host's mirror (for readers that need a directory:
@@ -356,16 +392,14 @@ class SnapshotObjects:
         """One file in this host's object cache (``<mirror>/<broker>/objects/...``),
         downloaded once per content: for readers that map a whole file (index files)."""
         entry = self.entry(rel_path)
-        assert entry.object is not None
-        cached = mirror_root(Location(self.root)) / self.broker / entry.object
+        cached = mirror_root(Location(self.root)) / self.broker / content_key(entry)
         if cached.is_file():
             return cached
         cached.parent.mkdir(parents=True, exist_ok=True)
         partial = cached.with_name(f".{cached.name}.{os.getpid()}")
         partial.unlink(missing_ok=True)
         with _bucket_errors(f"{self.broker}: {rel_path} from {self.root}"):
-            download(Location(self.root) / self.broker / entry.object, entry, partial,
-                     self.broker)
+            download(Location(self.root) / self.broker, entry, partial, self.broker)
         os.replace(partial, cached)
         return cached
 
@@ -391,32 +425,49 @@ def _bucket_errors(what: str) -> Iterator[None]:
         raise SnapshotError(f"{what}: {first}") from error
 
 
-def download(location: Location, entry: FileEntry, destination: Path, broker: str) -> None:
-    """The object ``location`` as the local file ``destination``: its bytes, then zeros
-    to the file's size (holes), checked against the entry's sha256, read-only."""
-    import obstore
-
+def download(directory: Location, entry: FileEntry, destination: Path, broker: str,
+             local_chunks: dict[str, Path] | None = None) -> None:
+    """A file of the broker's ``directory`` in the bucket as the local file
+    ``destination``: its chunks in order (read from ``local_chunks``' files where this
+    host holds them), then zeros to its size (holes), checked against the entry's sha256,
+    read-only."""
     digest, position = ZeroAwareHash(), 0
     fd = os.open(destination, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        if entry.data_length:
-            store, key = location.store_and_key()
-            for chunk in obstore.get(store, key).stream():
-                data = bytes(chunk)
+        for key in entry.objects:
+            for data in _chunk_bytes(directory, key, (local_chunks or {}).get(key), broker,
+                                     entry.path):
                 digest.update(position, data)
                 write_sparse(fd, data, position)
                 position += len(data)
         os.ftruncate(fd, entry.size)
-    except _NOT_FOUND as error:
-        raise SnapshotError(f"{broker}: {entry.path}: object {location} is missing "
-                            "(deleted while the manifest names it)") from error
     finally:
         os.close(fd)
     if position != entry.data_length or digest.finish(position) != entry.sha256:
-        raise SnapshotError(f"{broker}: {entry.path}: object {location} holds "
+        raise SnapshotError(f"{broker}: {entry.path}: its objects in {directory} hold "
                             f"{position} bytes whose sha256 is not the manifest's")
     os.utime(destination, ns=(entry.mtime_ns, entry.mtime_ns))
     os.chmod(destination, 0o444)
+
+
+def _chunk_bytes(directory: Location, key: str, local: Path | None, broker: str,
+                 path: str) -> Iterator[bytes]:
+    """One chunk's bytes: from a local file holding it, else streamed from its object."""
+    import obstore
+
+    offset, length = chunk_offset(key)
+    if local is not None:
+        with open(local, "rb") as handle:
+            handle.seek(offset)
+            yield handle.read(length)
+        return
+    store, object_path = (directory / key).store_and_key()
+    try:
+        for chunk in obstore.get(store, object_path).stream():
+            yield bytes(chunk)
+    except _NOT_FOUND as error:
+        raise SnapshotError(f"{broker}: {path}: object {directory / key} is missing "
+                            "(deleted while a manifest names it)") from error
 
 
 def _content(entry: FileEntry) -> tuple[str, int, int, str]:
@@ -431,15 +482,11 @@ def _same_files(manifest_path: Path, manifest: Manifest) -> bool:
     return sorted(map(_content, local.files)) == sorted(map(_content, manifest.files))
 
 
-def _chunks(local: Path, length: int) -> Iterator[bytes]:
-    with open(local, "rb") as handle:
-        remaining = length
-        while remaining:
-            chunk = handle.read(min(UPLOAD_PART_BYTES, remaining))
-            if not chunk:
-                raise SnapshotError(f"{local}: shorter than its manifest's data length")
-            remaining -= len(chunk)
-            yield chunk
+def _parts(data: bytes) -> Iterator[memoryview]:
+    """``data`` as the parts of a multipart upload."""
+    view = memoryview(data)
+    for start in range(0, len(view), UPLOAD_PART_BYTES):
+        yield view[start:start + UPLOAD_PART_BYTES]
 
 
 def _delete_keys(directory: Location, relatives: list[str]) -> None:
@@ -453,7 +500,7 @@ def _delete_keys(directory: Location, relatives: list[str]) -> None:
         obstore.delete(store, paths[start:start + 1000])
 
 
-def _trim_object_cache(cache: Path, named: set[str | None]) -> None:
+def _trim_object_cache(cache: Path, named: set[str]) -> None:
     """Delete the objects a host cached (SnapshotObjects.local_file) that no kept
     snapshot names."""
     if not cache.is_dir():

@@ -61,9 +61,9 @@ class FileEntry:
     # The broker rewrote this file below what the previous snapshot held: the first byte
     # where it differs from that copy (the file was then copied whole); None otherwise.
     rewritten_at: int | None = None
-    # In a bucket (jobs.snapshot.bucket): the key, relative to the broker's directory, of
-    # the object holding bytes [0, data_length); None on a local disk.
-    object: str | None = None
+    # In a bucket (jobs.snapshot.bucket): the keys, relative to the broker's directory, of
+    # the objects holding bytes [0, data_length) in order (chunks); empty on a local disk.
+    objects: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -81,8 +81,8 @@ class Manifest:
     seconds: float = 0.0
     # Bytes read from the broker only to confirm that earlier copies are still its bytes.
     confirm_bytes: int = 0
-    # In a bucket (jobs.snapshot.bucket): the broker's directory there (FileEntry.object is
-    # relative to it), and the objects and bytes this snapshot uploaded.
+    # In a bucket (jobs.snapshot.bucket): the broker's directory there (FileEntry.objects
+    # are relative to it), and the objects and bytes this snapshot uploaded.
     objects_root: str | None = None
     uploaded_objects: int = 0
     uploaded_bytes: int = 0
