@@ -83,9 +83,10 @@ run: setup default-store $(AIRFLOW_DB)
 		| sed -u -E 's/^[0-9-]+T([0-9:]+)\.[0-9]+Z \[([a-z]+) *\] /\1 \2 /; s/ +\[[A-Za-z_.]+\] loc=.*$$//; s/ map_index=-1//'
 	$(AIRFLOW_ENV) $(PY) -m jobs summary --snapshot-id $(RUN_DATE)T0000Z --broker $(RUN_BROKER)
 
-## run-s3: `make run` with the warehouse in a bucket of the local S3 server: versitygw on
-## 127.0.0.1:$(S3_PORT) serving .cache/s3 (bucket rmq), started and stopped here; the tables
-## at s3://rmq/warehouse, the keys and endpoint in the AWS_* environment (docs/object-storage.md)
+## run-s3: `make run` with the warehouse and the snapshots in a bucket of the local S3 server:
+## versitygw on 127.0.0.1:$(S3_PORT) serving .cache/s3 (bucket rmq), started and stopped here;
+## the tables at s3://rmq/warehouse, the snapshots at s3://rmq/snapshots, the keys and
+## endpoint in the AWS_* environment (docs/object-storage.md)
 S3_PORT ?= 7070
 run-s3: setup s3 default-store
 	@mkdir -p .cache/logs
@@ -95,8 +96,10 @@ run-s3: setup s3 default-store
 	for _ in $$(seq 100); do grep -q AWS_ALLOW_HTTP .cache/logs/s3-server.env 2>/dev/null && break; \
 		sleep 0.1; done; \
 	set -a; . .cache/logs/s3-server.env; set +a; \
-	echo "S3 server at $$AWS_ENDPOINT_URL (data in .cache/s3); warehouse s3://rmq/warehouse"; \
-	$(MAKE) --no-print-directory run RMQ_WAREHOUSE=s3://rmq/warehouse
+	echo "S3 server at $$AWS_ENDPOINT_URL (data in .cache/s3); warehouse s3://rmq/warehouse," \
+		"snapshots s3://rmq/snapshots"; \
+	$(MAKE) --no-print-directory run RMQ_WAREHOUSE=s3://rmq/warehouse \
+		RMQ_SNAPSHOT_ROOT=s3://rmq/snapshots
 
 $(AIRFLOW_DB): $(INSTALLED)
 	@mkdir -p $(AIRFLOW_HOME_DIR)

@@ -4,9 +4,9 @@ N nights of bench/growing_broker.py's store (``--segment-mib`` commitlog files, 
 queues, index files, three nights retained), each night snapshotted three ways, in an
 order that rotates every night: by the local copier into a directory (what
 ``snapshot_root`` on a disk does), and by jobs.snapshot.bucket into a bucket of the local
-S3 server (versitygw, tests/s3_server.py) with files stored in chunks of 64 MiB (the
-product) and, as the baseline, whole (one object per file, so a growing file is uploaded
-again in full every night). Each bucket's night is then read back on a second "host" (a
+S3 server (versitygw, tests/s3_server.py) with files stored in chunks of 16 MiB (the
+product), of 64 MiB, and, as the baseline, whole (one object per file, so a growing file
+is uploaded again in full every night). Each bucket's night is then read back on a second "host" (a
 mirror of its own), as a load on another machine would.
 
 Per night: seconds of each, bytes read from the broker, objects and bytes uploaded,
@@ -45,7 +45,8 @@ MIB = 2**20
 BROKER = "bench"
 
 
-MODES = {"chunked": CHUNK_OBJECT_BYTES, "whole": 2**62}  # chunk size of each bucket mode
+# The chunk size of each bucket mode: the product's, a larger one, and whole files.
+MODES = {"chunked": CHUNK_OBJECT_BYTES, "chunked-64": 64 * MIB, "whole": 2**62}
 
 
 def take(mode: str, work: Path, store: Path, snapshot_id: str, log: AccessLog) -> dict:
@@ -102,21 +103,18 @@ def nights(count: int, per_night: int, segment_mib: int) -> list[dict]:
             snapshot_id = (datetime(2026, 1, 1) + timedelta(days=night)).strftime(
                 "%Y-%m-%dT0200Z")
             row: dict = {"night": night, "store_bytes": broker.disk_bytes()}
-            for mode in modes[night % 3:] + modes[:night % 3]:
+            for mode in modes[night % len(modes):] + modes[:night % len(modes)]:
                 row[mode] = take(mode, work, broker.store, snapshot_id, log)
             for mode in MODES:
                 row[mode].update(read_back(mode, work, snapshot_id, log))
             rows.append(row)
-            chunked, whole = row["chunked"], row["whole"]
             print(f"night {night:>2}: store {row['store_bytes'] / MIB:6.1f} MiB, data "
-                  f"{chunked['data_bytes'] / MIB:6.1f} MiB; seconds local "
-                  f"{row['local']['s']:.2f}, chunked {chunked['s']:.2f}, whole "
-                  f"{whole['s']:.2f}; uploaded chunked {chunked['uploaded_bytes'] / MIB:.1f} "
-                  f"MiB in {chunked['uploaded_objects']} objects, whole "
-                  f"{whole['uploaded_bytes'] / MIB:.1f} MiB in {whole['uploaded_objects']}; "
-                  f"requests chunked {sum(chunked['requests'].values())}, whole "
-                  f"{sum(whole['requests'].values())}; read back chunked "
-                  f"{chunked['read_back_s']:.2f} s, whole {whole['read_back_s']:.2f} s",
+                  f"{row['local']['data_bytes'] / MIB:6.1f} MiB; local {row['local']['s']:.2f} s; "
+                  + "; ".join(f"{mode} {row[mode]['s']:.2f} s, uploaded "
+                              f"{row[mode]['uploaded_bytes'] / MIB:.1f} MiB in "
+                              f"{row[mode]['uploaded_objects']} objects, "
+                              f"{sum(row[mode]['requests'].values())} requests, read back "
+                              f"{row[mode]['read_back_s']:.2f} s" for mode in MODES),
                   flush=True)
     return rows
 
