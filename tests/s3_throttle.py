@@ -12,6 +12,10 @@ Which requests are throttled is decided by a seeded random generator (``rate``),
 run is reproducible in the number of requests it throttles, if not in which (clients run
 requests concurrently).
 
+An answer can be lost on cue: the first request matching ``lose_answer_at`` is passed to
+the server, which does it, and the connection is then closed without its answer (a
+network cut after the write): the client must find out what happened by itself.
+
 An outage arrives on cue: the first request whose request line matches ``down_at`` (say,
 the PUT of a table's next commit) finds the store gone, and so does every request after
 it (the connection is closed unanswered, as a store that died would leave it) until the
@@ -51,11 +55,13 @@ NO_BODY_STATUSES = (204, 304)
 
 @dataclass
 class Counts:
-    """What the proxy did: requests passed on, answered with SlowDown, or dropped."""
+    """What the proxy did: requests passed on, answered with SlowDown, dropped, or passed
+    on with the server's answer lost."""
 
     forwarded: int = 0
     throttled: int = 0
     dropped: int = 0
+    lost: int = 0
 
 
 @dataclass
@@ -67,6 +73,7 @@ class Throttle:
     down_at: re.Pattern[bytes] | None = None
     outage: Path | None = None  # exists while the store is "down"
     down_for: int | None = None  # requests the store is away for (None: until restored)
+    lose_answer_at: re.Pattern[bytes] | None = None  # done by the server, answer lost (once)
     counts: Counts = field(default_factory=Counts)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -83,6 +90,16 @@ class Throttle:
                 self.counts.dropped += 1
                 if self.down_for is not None and self.counts.dropped >= self.down_for:
                     self.outage.unlink()  # back after this one
+                return True
+            return False
+
+    def loses_answer(self, request_line: bytes) -> bool:
+        """Whether this request is the one whose answer is lost: the server does it, the
+        client never hears (a connection cut after the write; once)."""
+        with self.lock:
+            if self.lose_answer_at is not None and self.lose_answer_at.search(request_line):
+                self.lose_answer_at = None
+                self.counts.lost += 1
                 return True
             return False
 
@@ -188,7 +205,10 @@ class _Handler(socketserver.BaseRequestHandler):
                     upstream.sock.sendall(client.read_body(head))
                 else:
                     upstream.sock.sendall(head + client.read_body(head))
-                self.request.sendall(b"".join(_response(upstream, head)))
+                answer = b"".join(_response(upstream, head))
+                if self.server.throttle.loses_answer(head.split(b"\r\n", 1)[0]):
+                    return  # done upstream, closed unanswered here
+                self.request.sendall(answer)
         except (ConnectionError, OSError):
             pass
         finally:
@@ -245,16 +265,18 @@ class Proxy:
 
 @contextmanager
 def faulty_proxy(upstream_port: int, work: Path, rate: float = 0.0, seed: int = 0,
-                 down_at: str | None = None, down_for: int | None = None) -> Iterator[Proxy]:
+                 down_at: str | None = None, down_for: int | None = None,
+                 lose_answer_at: str | None = None) -> Iterator[Proxy]:
     """A proxy process on a free loopback port in front of ``upstream_port``, answering a
-    share ``rate`` of requests with SlowDown and taking the store away at the first
+    share ``rate`` of requests with SlowDown, losing the server's answer to the first
+    request matching ``lose_answer_at``, and taking the store away at the first
     request matching ``down_at`` (for ``down_for`` requests, or until
     :meth:`Proxy.restore`); its files (counts, the outage flag) go in ``work``."""
     port = free_port()
     counts, outage = work / f"proxy-{port}.json", work / f"proxy-{port}.down"
     process = subprocess.Popen([sys.executable, __file__, str(port), str(upstream_port),
                                 str(rate), str(seed), str(counts), str(outage),
-                                down_at or "", str(down_for or "")])
+                                down_at or "", str(down_for or ""), lose_answer_at or ""])
     proxy = Proxy(f"http://127.0.0.1:{port}", outage)
     try:
         wait_for_port(port, process, 15)
@@ -268,11 +290,12 @@ def faulty_proxy(upstream_port: int, work: Path, rate: float = 0.0, seed: int = 
 
 def main() -> None:
     """``python tests/s3_throttle.py PORT UPSTREAM_PORT RATE SEED COUNTS OUTAGE DOWN_AT
-    DOWN_FOR``: serve until SIGTERM, then write the counts to the file COUNTS."""
-    port, upstream, rate, seed, counts, outage, down_at, down_for = sys.argv[1:]
+    DOWN_FOR LOSE_ANSWER_AT``: serve until SIGTERM, then write the counts to COUNTS."""
+    port, upstream, rate, seed, counts, outage, down_at, down_for, lose = sys.argv[1:]
     throttle = Throttle(float(rate), int(seed), outage=Path(outage),
                         down_at=re.compile(down_at.encode()) if down_at else None,
-                        down_for=int(down_for) if down_for else None)
+                        down_for=int(down_for) if down_for else None,
+                        lose_answer_at=re.compile(lose.encode()) if lose else None)
     server = _ProxyServer(int(port), int(upstream), throttle)
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
     server.serve_forever()

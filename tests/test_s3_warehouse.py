@@ -211,6 +211,47 @@ def test_a_load_the_store_went_away_under_fails_and_its_rerun_finishes_the_night
                 delta_rows(table_location(local, name)), name
 
 
+@pytest.mark.parametrize("table", [T.QUEUE_ENTRIES, T.SNAPSHOTS])
+def test_a_commit_whose_answer_is_lost_is_not_made_twice(
+        s3, broker_stores, tmp_path: Path, monkeypatch, table: str) -> None:  # type: ignore[no-untyped-def]
+    """The server commits a table's next log entry, and its answer is lost (the proxy
+    cuts the connection after the server did it); the client's retry meets its own entry
+    (412). A fact table's append (its app id's transaction is in the entry) is then found
+    committed and the load goes on; a state table's commit fails the load in one line,
+    and its re-run finishes the night. Either way no row is there twice: the tables equal
+    an undisturbed night's."""
+    from deltalake.exceptions import CommitFailedError
+
+    store = broker_stores["v5-clean"] / "store"
+    bucket, local = f"s3://lake/lost-{table}", tmp_path / "undisturbed"
+    for night in ("s0", "s1"):
+        load_snapshot(SparkOnDemand(_no_spark), "b1", night, store, LoadOptions(),  # type: ignore[arg-type]
+                      registry=Registry(None, local))
+    load_snapshot(SparkOnDemand(_no_spark), "b1", "s0", store, LoadOptions(),  # type: ignore[arg-type]
+                  registry=Registry(None, bucket))
+    entry = rf"PUT [^ ]*/{bucket[5:]}/rmq\.db/{table}/_delta_log/0+\d+\.json"
+
+    def night() -> None:
+        load_snapshot(SparkOnDemand(_no_spark), "b1", "s1", store,  # type: ignore[arg-type]
+                      LoadOptions(), registry=Registry(None, bucket))
+
+    with faulty_proxy(s3.port, tmp_path, lose_answer_at=entry) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        if table == T.QUEUE_ENTRIES:
+            night()
+        else:
+            with pytest.raises(CommitFailedError, match="concurrent transaction"):
+                night()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.environment()["AWS_ENDPOINT_URL"])
+    assert proxy.counts.lost == 1
+    if table != T.QUEUE_ENTRIES:
+        night()
+    for name in T.TABLES:
+        if name not in T.AUDIT_LOGS:
+            assert delta_rows(table_location(bucket, name)) == \
+                delta_rows(table_location(local, name)), name
+
+
 def test_a_night_in_process_with_one_request_in_ten_throttled_equals_the_night_on_disk(
         s3, broker_stores, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Load, check and maintain with 1 request in 10 answered ``503 SlowDown``

@@ -36,7 +36,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from jobs.lakehouse.driver_rows import committed
+from jobs.lakehouse.driver_rows import commit_once, committed
 from jobs.lakehouse.locations import (
     Location,
     delta_storage_options,
@@ -139,10 +139,11 @@ def commit_staged(location: str | Path | Location, app_id: str, version: int,
     table = open_delta_table(location)
     actions = [AddAction(path, add["size"], add["partitionValues"], add["modificationTime"],
                          True, add.get("stats")) for add, path in zip(adds, final, strict=True)]
-    table.create_write_transaction(
-        actions, mode="append", schema=table.schema(),
-        partition_by=list(table.metadata().partition_columns) or None,
-        commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)]))
+    with commit_once(str(location), app_id, version):
+        table.create_write_transaction(
+            actions, mode="append", schema=table.schema(),
+            partition_by=list(table.metadata().partition_columns) or None,
+            commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)]))
     area.delete_tree()
     return True
 
