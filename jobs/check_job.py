@@ -42,7 +42,12 @@ from jobs.check.reconcile import ReconcileSummary, reconcile_snapshot
 from jobs.check.views import snapshot_scope
 from jobs.lakehouse import tables as T
 from jobs.lakehouse.engine_choice import LOCAL_CHECKS_UP_TO_MIB
-from jobs.lakehouse.locations import Location, checks_directory, warehouse_location
+from jobs.lakehouse.locations import (
+    Location,
+    checks_directory,
+    shared_table_handles,
+    warehouse_location,
+)
 from jobs.lakehouse.tables import Registry
 from jobs.report.pages import write_report
 
@@ -58,6 +63,7 @@ class CheckOutcome:
     alert: Alert | None
 
 
+@shared_table_handles()
 def check_snapshot(spark_registry: Callable[[], Registry], warehouse: Path | Location, broker: str,
                    snapshot_id: str, *, rules_path: Path = DEFAULT_CONFIG,
                    output: Path | None = None, engine: str = AUTO,

@@ -24,6 +24,9 @@ import os
 import re
 import shutil
 import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -430,10 +433,44 @@ def delta_storage_options(location: str | Path | Location) -> dict[str, str] | N
 
 def open_delta_table(location: str | Path | Location) -> Any:
     """delta-rs' handle of the table at ``location``, with :func:`delta_storage_options`:
-    every delta-rs table the jobs open comes from here."""
+    every delta-rs table the jobs open comes from here.
+
+    Inside :func:`shared_table_handles` a thread opens each table once and is given the
+    same handle again, brought up to date with the commits made since
+    (``update_incremental``: only the log entries after its version are read). Opening a
+    table reads its last checkpoint (``_last_checkpoint``, then the checkpoint's Parquet
+    in ranged GETs): in a bucket, most of a night's requests were such re-openings
+    (bench/README.md, "Object storage")."""
     from deltalake import DeltaTable
 
-    return DeltaTable(str(location), storage_options=delta_storage_options(location))
+    shared = getattr(_handles, "tables", None)
+    key = str(location)
+    if shared is not None and key in shared:
+        table = shared[key]
+        table.update_incremental()
+        return table
+    table = DeltaTable(key, storage_options=delta_storage_options(location))
+    if shared is not None:
+        shared[key] = table
+    return table
+
+
+_handles = threading.local()
+
+
+@contextmanager
+def shared_table_handles() -> Iterator[None]:
+    """Within the block, :func:`open_delta_table` gives this thread one handle per table
+    (a load, a check, a maintenance: units of work in which no table is dropped and made
+    again). Nested blocks share the outer one's handles."""
+    outer = getattr(_handles, "tables", None)
+    if outer is None:
+        _handles.tables = {}
+    try:
+        yield
+    finally:
+        if outer is None:
+            _handles.tables = None
 
 
 def _aws_settings() -> tuple[tuple[str, str], ...]:

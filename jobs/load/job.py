@@ -52,7 +52,12 @@ from jobs.lakehouse.engine_choice import (
     ENGINES,
     LOCAL_LOAD_UP_TO_MIB,
 )
-from jobs.lakehouse.locations import Location, UnsupportedLocationError, local_directory
+from jobs.lakehouse.locations import (
+    Location,
+    UnsupportedLocationError,
+    local_directory,
+    shared_table_handles,
+)
 from jobs.lakehouse.spark_session import SparkOnDemand
 from jobs.lakehouse.tables import Registry
 from jobs.load import rewrites, state_rows
@@ -548,6 +553,7 @@ def mark_rows(marks: Iterable[HighWaterMark]) -> list[tuple]:
             for m in sorted(marks, key=lambda m: tuple(map(str, m.key)))]
 
 
+@shared_table_handles()
 def load_snapshot(spark: SparkSession | SparkOnDemand, broker: str, snapshot_id: str,
                   store: str | Path, options: LoadOptions | None = None, *,
                   registry: Registry | None = None,

@@ -37,7 +37,7 @@ from jobs.lakehouse import message_lookup
 from jobs.lakehouse import tables as T
 from jobs.lakehouse.contracts import load_contract
 from jobs.lakehouse.driver_rows import append_rows, exists
-from jobs.lakehouse.locations import Location, open_delta_table
+from jobs.lakehouse.locations import Location, open_delta_table, shared_table_handles
 from jobs.lakehouse.locks import try_lock
 from jobs.lakehouse.tables import table_location
 from jobs.maintain.compaction import (
@@ -85,6 +85,7 @@ def table_state(location: str | Path, table: Any = None) -> TableState:
                       len(log_entries), sum(f.size for f in log_entries))
 
 
+@shared_table_handles()
 def maintain_tables(warehouse: str | Path, broker: str, *,
                     time_travel_days: float = DEFAULT_TIME_TRAVEL_DAYS,
                     progress: Callable[[str], None] = log.info) -> list[dict]:
