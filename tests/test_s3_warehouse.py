@@ -2,9 +2,10 @@
 the in-process engines and by Spark's executors (delta-rs commits with conditional puts,
 leases for the locks).
 
-A fleet's nights on the bucket, four brokers loading, checking and maintaining at once in
-processes of their own, must give the very tables the same nights give on local disk one
-broker after another (read with delta-rs). The CLI must work on the bucket, refuse Spark's
+A fleet's nights on the bucket, four brokers snapshotting into it, loading, checking and
+maintaining at once in processes of their own (each a host with its own mirror), must
+give the very tables the same snapshots give on local disk one broker after another (read
+with delta-rs). The CLI must work on the bucket, refuse Spark's
 own Delta writer there in one line, and never create a local directory named after the
 URI. A store that goes away under a step fails it in one line, and its re-run heals the
 night. (A night on Spark, and one throttled: tests/test_s3_spark.py.)
@@ -12,9 +13,11 @@ night. (A night on Spark, and one throttled: tests/test_s3_spark.py.)
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -30,6 +33,7 @@ from jobs.lakehouse.spark_session import SparkOnDemand
 from jobs.lakehouse.tables import Registry, table_location
 from jobs.load.job import LoadOptions, load_snapshot
 from jobs.maintain.maintenance import maintain_tables
+from jobs.snapshot.bucket import MIRROR_ENV, BucketSnapshots
 
 pytestmark = [pytest.mark.broker]
 
@@ -39,20 +43,27 @@ FLEET = {"fleet-a": "v5-clean", "fleet-b": "v4-clean", "fleet-c": "v5-killed",
 NIGHTS = ("n1", "n2")
 LEASE_SECONDS = 3.0  # the outage test's lock leases
 RETRY_SECONDS = 3.0  # how long the outage tests' clients retry before a step fails
+SNAPSHOTS = "s3://lake/fleet-snapshots"
 BROKER_NIGHT = """
 import sys
+from datetime import datetime
 from pathlib import Path
 from jobs.check_job import check_snapshot
 from jobs.lakehouse.spark_session import SparkOnDemand
 from jobs.lakehouse.tables import Registry
 from jobs.load.job import LoadOptions, load_snapshot
 from jobs.maintain.maintenance import maintain_tables
+from jobs.snapshot.roots import snapshots_at
+from jobs.snapshot.sources import LocalSource
 
 def no_spark():
     raise AssertionError("a warehouse on S3 is written without Spark")
 
-warehouse, broker, snapshot_id, store, checks = sys.argv[1:]
-load_snapshot(SparkOnDemand(no_spark), broker, snapshot_id, store, LoadOptions(),
+warehouse, snapshots, broker, snapshot_id, store, checks = sys.argv[1:]
+taken = snapshots_at(snapshots).take(LocalSource(store), broker, snapshot_id)
+load_snapshot(SparkOnDemand(no_spark), broker, snapshot_id,
+              snapshots_at(snapshots).local_store(broker, snapshot_id),
+              LoadOptions(taken_at=datetime.fromisoformat(taken.started_at)),
               registry=Registry(None, warehouse))
 check_snapshot(no_spark, warehouse, broker, snapshot_id, output=Path(checks))
 maintain_tables(warehouse, broker)
@@ -76,22 +87,32 @@ def test_four_brokers_at_once_on_s3_equal_one_after_another_on_local_disk(
     bucket, local = "s3://lake/fleet", tmp_path / "serial"
     script = tmp_path / "broker_night.py"
     script.write_text(BROKER_NIGHT)
+    hosts = tmp_path / "hosts"  # each broker's process a host of its own (its mirror)
     for night in NIGHTS:  # n1 creates the tables in a race, n2 appends to them
         running = {broker: subprocess.Popen(
-            [sys.executable, str(script), bucket, broker, night,
+            [sys.executable, str(script), bucket, SNAPSHOTS, broker, night,
              str(broker_stores[variant] / "store"), str(tmp_path / "checks")],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env={**os.environ, "PYTHONPATH": str(REPO)}) for broker, variant in FLEET.items()}
+            env={**os.environ, "PYTHONPATH": str(REPO), MIRROR_ENV: str(hosts / broker)})
+            for broker, variant in FLEET.items()}
         failed = []
         for broker, process in running.items():
             output, _ = process.communicate(timeout=1200)
             if process.returncode != 0:
                 failed.append(f"{broker} exit {process.returncode}:\n{output[-3000:]}")
         assert not failed, "\n".join(failed)
-        for broker, variant in FLEET.items():  # the oracle: one after another, local disk
+        # The oracle: one broker after another into a local disk, from the same snapshots
+        # read back on a host of its own.
+        monkeypatch.setenv(MIRROR_ENV, str(hosts / "oracle"))
+        for broker in FLEET:
             registry = Registry(None, local)
+            snapshots = BucketSnapshots(Location(SNAPSHOTS))
+            taken = snapshots.manifest(broker, night)
+            assert taken is not None
             load_snapshot(SparkOnDemand(_no_spark), broker, night,  # type: ignore[arg-type]
-                          broker_stores[variant] / "store", LoadOptions(), registry=registry)
+                          snapshots.local_store(broker, night),
+                          LoadOptions(taken_at=datetime.fromisoformat(taken.started_at)),
+                          registry=registry)
             check_snapshot(_no_spark, local, broker, night)  # type: ignore[arg-type]
             maintain_tables(local, broker)
     on_s3, on_disk = warehouse_content(bucket), warehouse_content(local)
@@ -100,7 +121,10 @@ def test_four_brokers_at_once_on_s3_equal_one_after_another_on_local_disk(
         only = sorted(set(rows) ^ set(on_s3[name]))
         assert on_s3[name] == rows, f"{name}: " + "\n".join(
             ("s3 " if row in on_s3[name] else "disk ") + row for row in only[:10])
-    assert sorted(tmp_path.iterdir()) == sorted([script, local, tmp_path / "checks"])
+    assert sorted(tmp_path.iterdir()) == sorted([script, local, tmp_path / "checks", hosts])
+    loaded = [json.loads(row) for row in on_s3[T.SNAPSHOTS]]  # named by their URIs
+    assert {row["store_path"] for row in loaded} == {
+        f"{SNAPSHOTS}/{broker}/{night}" for broker in FLEET for night in NIGHTS}
     # Nothing of the loads is left in the bucket but the tables: no lease, no task report.
     left = {f.relative.split("/")[0] for f in Location("s3://lake/fleet").files()}
     assert left == {"rmq.db"}
