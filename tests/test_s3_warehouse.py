@@ -369,3 +369,58 @@ def test_the_store_going_away_at_each_steps_commit_fails_it_in_one_line_and_the_
     on_s3 = warehouse_content(bucket)
     for name, rows in warehouse_content(local).items():
         assert on_s3[name] == rows, name
+
+
+@pytest.mark.parametrize("fault", ["store away", "answer lost"])
+def test_a_vacuum_cut_off_leaves_the_table_whole_and_its_rerun_finishes(
+        s3, growing_store, tmp_path: Path, monkeypatch, fault: str) -> None:  # type: ignore[no-untyped-def]
+    """VACUUM in a bucket meets the store going away at its deletes (nothing deleted, the
+    step fails once its retries are spent) or deletes with the answer lost (the client
+    retries a delete already done). Either way every file of the table's version is still
+    there and its rows are the undisturbed ones; the re-run leaves no file the table does
+    not name. (``time_travel_days=0`` on one table: the removed files are fresh, and the
+    config refuses < 1 for deployments.)"""
+    from deltalake import DeltaTable
+
+    from jobs.maintain.maintenance import POLICIES, _maintain_table
+
+    bucket, local = f"s3://lake/vacuum-{fault.replace(' ', '-')}", tmp_path / "undisturbed"
+    for number, night in enumerate(("s1", "s2", "s3")):  # three nights: files to compact
+        store = growing_store / "snapshots" / night / "store"
+        for warehouse in (bucket, local):
+            load_snapshot(SparkOnDemand(_no_spark), "b1", f"n{number}", store,  # type: ignore[arg-type]
+                          LoadOptions(), registry=Registry(None, warehouse))
+    location = str(table_location(bucket, T.MESSAGES))
+    compacted = _maintain_table(bucket, location, T.MESSAGES, POLICIES[T.MESSAGES], "b1", 1)
+    assert compacted["files_compacted"] > 1 and compacted["files_vacuumed"] == 0
+
+    def stored() -> set[str]:
+        return {f.relative for f in Location(location).files()
+                if not f.relative.startswith("_delta_log/")}
+
+    def named() -> set[str]:
+        return {uri[len(location) + 1:] for uri in DeltaTable(location).file_uris()}
+
+    left_over = stored() - named()
+    assert left_over  # the compacted files: out of the table, not yet deleted
+    monkeypatch.setenv("RMQ_S3_RETRY_SECONDS", "2")
+    deletes = r"POST [^ ]*\?delete"
+    with faulty_proxy(s3.port, tmp_path, down_at=deletes if fault == "store away" else None,
+                      lose_answer_at=deletes if fault == "answer lost" else None) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        if fault == "store away":
+            with pytest.raises(Exception, match="error sending request"):
+                _maintain_table(bucket, location, T.MESSAGES, POLICIES[T.MESSAGES], "b1", 0)
+        else:
+            vacuumed = _maintain_table(bucket, location, T.MESSAGES, POLICIES[T.MESSAGES],
+                                       "b1", 0)
+            assert vacuumed["files_vacuumed"] == len(left_over)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.environment()["AWS_ENDPOINT_URL"])
+    assert (proxy.counts.dropped if fault == "store away" else proxy.counts.lost) >= 1
+    assert named() <= stored()  # every file of the table's version is there
+    assert delta_rows(location) == delta_rows(table_location(local, T.MESSAGES))
+    if fault == "store away":
+        assert stored() - named() == left_over  # nothing was deleted
+        _maintain_table(bucket, location, T.MESSAGES, POLICIES[T.MESSAGES], "b1", 0)
+    assert stored() == named()
+    assert delta_rows(location) == delta_rows(table_location(local, T.MESSAGES))
