@@ -13,11 +13,14 @@ from pathlib import Path
 import pytest
 from airflow_scheduler import deployment
 from deltalake import DeltaTable
+from s3_server import serving_bucket
 from test_fleet import DRIVER_MEMORY, FLEET
 
 from jobs.lakehouse import tables as T
+from jobs.lakehouse.locations import Location
 from jobs.lakehouse.spark_session import DRIVER_MEMORY_ENV
 from jobs.lakehouse.tables import table_location
+from jobs.snapshot.bucket import MIRROR_ENV
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]
 
@@ -59,11 +62,13 @@ def test_a_scheduled_dag_run_of_four_brokers_keeps_to_the_spark_pool(  # type: i
 def test_a_scheduled_dag_run_over_a_cluster_a_dledger_and_a_rocksdb_broker(  # type: ignore[no-untyped-def]
         cluster_store, dledger5_store, rocksdb_store, tmp_path: Path):
     """``rmq_nightly`` over the real 5.5.0 cluster (two masters and a slave, their stores as
-    the brokers left them at s2) and a DLedger broker beside it, under the scheduler: the
-    brokers' task groups run side by side (LocalExecutor), then the cluster's stage; Diff
-    Total per group equals what ``consumerProgress`` printed, the slave is a copy of its
-    master, the DLedger broker's night loads every entry's record and the RocksDB broker's
-    (storeType=defaultRocksDB) every unit of its RocksDB queue, and both check clean."""
+    the brokers left them at s2) and a DLedger broker beside it, under the scheduler, with
+    the snapshots in a bucket of the local S3 server: the brokers' task groups run side by
+    side (LocalExecutor), then the cluster's stage; Diff Total per group equals what
+    ``consumerProgress`` printed, the slave is a copy of its master (compared from the
+    snapshots read back from the bucket), the DLedger broker's night loads every entry's
+    record and the RocksDB broker's (storeType=defaultRocksDB) every unit of its RocksDB
+    queue, and both check clean."""
     import json
 
     from rmqlib.dledger.records import scan_dledger
@@ -75,9 +80,14 @@ def test_a_scheduled_dag_run_over_a_cluster_a_dledger_and_a_rocksdb_broker(  # t
                for b in json.loads((truth / "brokers.json").read_text())]
     brokers.append({"name": "broker-dledger", "store": str(dledger5_store / "store")})
     brokers.append({"name": "broker-rocksdb", "store": str(rocksdb_store / "store")})
-    with deployment(tmp_path, brokers, POOL, SLOTS) as airflow:
+    with serving_bucket(tmp_path / "s3", "lake"), \
+            deployment(tmp_path, brokers, POOL, SLOTS,
+                       {MIRROR_ENV: str(tmp_path / "mirror")},
+                       {"snapshot_root": "s3://lake/snapshots"}) as airflow:
         run = airflow.run("rmq_nightly", datetime(2026, 11, 24, 2, tzinfo=UTC), 1200)
         logs = airflow.log_tail("scheduler")
+        published = {b["name"]: (Location("s3://lake/snapshots") / b["name"]).directories()
+                     for b in brokers}
     states = {(t.task_id, t.map_index): t.state for t in run.tasks}
     # the tasks that did not succeed first: a long message is cut at its end
     assert run.state == "success", ({k: v for k, v in states.items() if v != "success"},
@@ -87,6 +97,8 @@ def test_a_scheduled_dag_run_over_a_cluster_a_dledger_and_a_rocksdb_broker(  # t
     assert states[("cluster.check_cluster", 0)] == states[("cluster.alert_cluster", 0)] \
         == "success"
     assert 1 <= run.most_at_once(POOL) <= SLOTS
+    assert published == {b["name"]: ["2026-11-24T0200Z", "objects"] for b in brokers}
+    assert not (tmp_path / "snapshots").exists()
     warehouse = tmp_path / "warehouse"
     lag = DeltaTable(str(table_location(warehouse, T.CLUSTER_LAG))).to_pyarrow_table()
     totals = {r["group_name"]: r["diff_total"] for r in lag.to_pylist() if r["level"] == "group"}
