@@ -38,6 +38,11 @@ _HOMES = {
     "list_index_files": "rmqlib.indexfile",
     "load_config_dir": "rmqlib.config",
     "read_timer_store": "rmqlib.timers.timer_store",
+    # message traces (the trace topic's bodies)
+    "decode_trace_body": "rmqlib.traces",
+    # byte sources: a path or any object with name, size and read_at
+    "ByteSource": "rmqlib.common.bytesource",
+    "FileObjectSource": "rmqlib.common.bytesource",
     # the store as a whole
     "take_inventory": "rmqlib.store.inventory",
     "verify_store": "rmqlib.store.verify",
