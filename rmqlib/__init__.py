@@ -40,6 +40,8 @@ _HOMES = {
     "read_timer_store": "rmqlib.timers.timer_store",
     # message traces (the trace topic's bodies)
     "decode_trace_body": "rmqlib.traces",
+    # transactional messages: the op messages' bodies
+    "decode_op_body": "rmqlib.transactions",
     # byte sources: a path or any object with name, size and read_at
     "ByteSource": "rmqlib.common.bytesource",
     "FileObjectSource": "rmqlib.common.bytesource",
