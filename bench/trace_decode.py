@@ -4,7 +4,8 @@ Generates trace bodies as a traced client's ``AsyncTraceDispatcher`` sends them 
 encoded as ``TraceDataEncoder`` writes them, by the encoder of tests/test_traces.py,
 joined into bodies of up to 128,000 characters: one send and one consumption, Pub +
 SubBefore + SubAfter, per message), then measures side by side, best of ``--repeat``: the
-bodies through ``decode_trace_body``, and the commitlog of the embedded real-broker store
+bodies through ``decode_trace_body`` (the reference, record by record), through
+``decode_trace_bodies`` (the columnar path), and the commitlog of the embedded real-broker store
 through ``scan_segment_arrow`` (rmqlib's Arrow scan, the load's path), in MB/s of input.
 
 Usage: python bench/trace_decode.py [--messages 200000] [--repeat 3]
@@ -26,6 +27,7 @@ from test_traces import encode  # noqa: E402
 
 from rmqlib.commitlog.arrow import scan_segment_arrow  # noqa: E402
 from rmqlib.traces import PUB, SUB_AFTER, SUB_BEFORE, TraceRecord, decode_trace_body  # noqa: E402
+from rmqlib.traces_arrow import decode_trace_bodies  # noqa: E402
 
 BODY_CHARS = 128_000  # AsyncTraceDispatcher's maxMsgSize
 STORE = ROOT / ".cache" / "stores" / "v5-clean" / "store" / "commitlog"
@@ -87,6 +89,8 @@ def main() -> None:
 
     contexts = sum(len(decode_trace_body(body).records) for body in data)
     trace_s = best(args.repeat, decode_all)
+    assert decode_trace_bodies(data).records.num_rows == contexts
+    columns_s = best(args.repeat, lambda: decode_trace_bodies(data))
     segments = sorted(STORE.iterdir())
     scan_bytes = sum(p.stat().st_size for p in segments)
 
@@ -99,6 +103,9 @@ def main() -> None:
     print(f"trace bodies: {len(data)} bodies, {contexts:,} contexts, {body_bytes / 1e6:.1f} MB "
           f"in {trace_s:.2f} s = {body_bytes / 1e6 / trace_s:.1f} MB/s, "
           f"{contexts / trace_s / 1e3:.0f} k contexts/s")
+    print(f"the same, columnar (rmqlib.traces_arrow): {columns_s:.2f} s = "
+          f"{body_bytes / 1e6 / columns_s:.1f} MB/s, {contexts / columns_s / 1e3:.0f} k "
+          f"contexts/s, {trace_s / columns_s:.1f}x the reference")
     print(f"commitlog scan (v5-clean, {len(segments)} segments, {scan_bytes / 1e6:.1f} MB with "
           f"zero tails): {scan_s:.2f} s = {scan_bytes / 1e6 / scan_s:.1f} MB/s")
 

@@ -21,6 +21,7 @@ from rmqlib.traces import (
     TraceRecord,
     decode_trace_body,
 )
+from rmqlib.traces_arrow import decode_trace_bodies
 
 C, F = "\x01", "\x02"
 
@@ -174,3 +175,30 @@ def test_damaged_bodies_lose_only_what_is_damaged_and_account_for_every_byte(
     found = {asdict(r)["position"]: r for r in decoded.records}
     for record in intact:
         assert found.get(record.position) == record
+
+
+def reference_rows(bodies: list[bytes]) -> tuple[list[dict], list[tuple]]:
+    """What decode_trace_body says of each body, as the columnar path's rows."""
+    rows, bad = [], []
+    for index, body in enumerate(bodies):
+        decoded = decode_trace_body(body)
+        rows += [{"body_index": index, **asdict(r)} for r in decoded.records]
+        bad += [(index, r.offset, r.length, r.reason) for r in decoded.account.unreadable]
+    return rows, bad
+
+
+bodies_strategy = st.lists(
+    st.lists(st.one_of(records().map(lambda r: encode(r).encode()), damage), max_size=8)
+    .map(b"".join).flatmap(lambda body: st.sampled_from([body, body[:-1]]) if body
+                           else st.just(body)),
+    max_size=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(bodies_strategy)
+def test_the_columnar_decoder_gives_the_references_rows_and_regions(bodies: list[bytes]) -> None:
+    batch = decode_trace_bodies(bodies)
+    rows, bad = reference_rows(bodies)
+    got = batch.records.to_pylist()
+    assert [{k: r[k] for k in rows[0]} for r in got] == rows if rows else got == []
+    assert [tuple(u.values()) for u in batch.unreadable.to_pylist()] == bad
