@@ -2,8 +2,8 @@
 
 Import into a test module (or a conftest) with ``from <this module> import broker_stores,
 growing_store, features_store, cluster_store, dledger_store,
-dledger5_store, rocksdb_store, rocksdb_config_store``; the module loads ``stores.py`` by
-path, so it works whether or not ``tests`` is a package.
+dledger5_store, rocksdb_store, rocksdb_config_store, traces_store``; the module loads
+``stores.py`` by path, so it works whether or not ``tests`` is a package.
 """
 
 from __future__ import annotations
@@ -197,3 +197,16 @@ def reprovisioned_store() -> Path:
 def dledger_truncated_store() -> Path:
     """The ``v5-dledger-truncated`` variant dir alone (see ``changing_store``)."""
     return _variant(stores.DLEDGER_TRUNCATED_VARIANT)
+
+
+@pytest.fixture(scope="session")
+def traces_store() -> Path:
+    """The ``v5-traces`` variant dir: ``store/`` (one 5.5.0 broker with ``traceTopicEnable``
+    whose producers, transactional producer and push consumers all trace: ``RMQ_SYS_TRACE_TOPIC``
+    holds their Pub, SubBefore/SubAfter and EndTransaction contexts; transactions committed,
+    rolled back, resolved by the broker's checks and discarded into
+    ``TRANS_CHECK_MAX_TIME_TOPIC``; clean shutdown), ``snapshots/s1/store`` (a hot copy while
+    the UNKNOW transactions were still undecided) and ``truth/`` (messages, consumed,
+    transactions, trace_messages with each body as the client's own decoder reads it,
+    traces.json, admin views for s1 and the end). Generated on first use (~50 s)."""
+    return _variant(stores.TRACES_VARIANT)

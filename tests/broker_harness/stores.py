@@ -22,7 +22,10 @@ has no ``store/``: ``s1/<broker>/store`` (hot copies, the slave frozen and laggi
 ``truth/`` (brokers.json, snapshots.json, expected.json, per-snapshot admin views). The extra
 variant ``v5-dledger`` (one broker with ``enableDLegerCommitLog``: ``store/dledger-n0/{data,index,
 checkpoint,currterm}`` instead of ``store/commitlog/``) adds ``snapshots/s1/store`` (hot copy before
-the last ~100 messages), ``truth/dledger.json`` and ``truth/snapshots.json``.
+the last ~100 messages), ``truth/dledger.json`` and ``truth/snapshots.json``. The extra variant
+``v5-traces`` (every client traced: ``RMQ_SYS_TRACE_TOPIC``; transactions checked and discarded)
+adds ``snapshots/s1/store`` (hot copy while transactions were undecided) and ``truth/``
+``consumed.jsonl``, ``transactions.jsonl``, ``trace_messages.jsonl``, ``traces.json``.
 
 Stdlib only; imports nothing from the project. Usage::
 
@@ -109,10 +112,15 @@ REPROVISIONED_VARIANT = "v5-reprovisioned"
 DLEDGER_TRUNCATED_VARIANT = "v5-dledger-truncated"
 CHANGING_VARIANTS = (FAILOVER_VARIANT, RESYNC_VARIANT, REPROVISIONED_VARIANT,
                      DLEDGER_TRUNCATED_VARIANT)
+#: Built only on request too: one 5.5.0 broker whose clients all trace (``RMQ_SYS_TRACE_TOPIC``:
+#: Pub, SubBefore/SubAfter, EndTransaction contexts) next to transactions committed, rolled back,
+#: resolved by the broker's checks and discarded after ``transactionCheckMax`` checks
+#: (``TracesWorkload.java``, own ``main``; a hot copy while transactions were undecided).
+TRACES_VARIANT = "v5-traces"
 EXTRA_VARIANTS: tuple[str, ...] = (GROWING_VARIANT, FEATURES_VARIANT, CLUSTER_VARIANT,
                                    DLEDGER_VARIANT, *ROCKSDB_VARIANTS, DLEDGER4_VARIANT,
                                    COMPACTION_VARIANT, CONTROLLER_VARIANT, POP_VARIANT,
-                                   POP_KV_VARIANT, *CHANGING_VARIANTS)
+                                   POP_KV_VARIANT, *CHANGING_VARIANTS, TRACES_VARIANT)
 ALL_VARIANTS: tuple[str, ...] = VARIANTS + EXTRA_VARIANTS
 DEFAULT_VARIANT = "v5-clean"
 CACHE_ENV = "RMQ_STORE_CACHE"
@@ -151,7 +159,9 @@ MAIN_CLASSES: dict[str, str] = dict.fromkeys(MODE_VARIANTS, "rmqharness.ModeWork
 MAIN_CLASSES[CONTROLLER_VARIANT] = "rmqharness.ControllerWorkload"
 MAIN_CLASSES[POP_VARIANT] = MAIN_CLASSES[POP_KV_VARIANT] = "rmqharness.PopWorkload"
 MAIN_CLASSES.update(dict.fromkeys(CHANGING_VARIANTS, "rmqharness.ChangingWorkload"))
-#: Scenario classes that serve several variants (others serve the variant ``*-<scenario>``).
+MAIN_CLASSES[TRACES_VARIANT] = "rmqharness.TracesWorkload"
+#: Scenario classes that serve several variants (others serve the variant ``*-<scenario>``:
+#: ``TracesWorkload.java`` counts for ``v5-traces`` alone).
 SCENARIO_OF: dict[str, str] = dict.fromkeys(MODE_VARIANTS, "mode")
 SCENARIO_OF[POP_KV_VARIANT] = "pop"
 SCENARIO_OF.update(dict.fromkeys(CHANGING_VARIANTS, "changing"))
