@@ -376,18 +376,14 @@ def _snapshot_to_load(args: argparse.Namespace) -> tuple[str | Path, datetime | 
     ``--snapshot-id`` there and the time its manifest says it was taken."""
     from jobs.lakehouse.locations import is_uri, warehouse_location
     from jobs.snapshot.bucket import BucketSnapshots
+    from jobs.snapshot.manifest import MANIFEST, Manifest
 
     if not is_uri(args.store):
         return args.store, args.taken_at
-    snapshots = BucketSnapshots(warehouse_location(args.store, "STORE"))
-    manifest = snapshots.manifest(args.broker, args.snapshot_id)
-    if manifest is None:
-        from jobs.snapshot.copier import SnapshotError
-
-        raise SnapshotError(f"{args.broker}: no snapshot {args.snapshot_id} in "
-                            f"{snapshots.root / args.broker}")
-    return (snapshots.local_store(args.broker, args.snapshot_id),
-            args.taken_at or datetime.fromisoformat(manifest.started_at))
+    store = BucketSnapshots(warehouse_location(args.store, "STORE")).local_store(
+        args.broker, args.snapshot_id)  # SnapshotError, one line, when there is none
+    taken = Manifest.load(store.parent / MANIFEST).started_at  # the mirror's copy
+    return store, args.taken_at or datetime.fromisoformat(taken)
 
 
 def _check(args: argparse.Namespace, start_spark) -> int:  # type: ignore[no-untyped-def]

@@ -44,7 +44,7 @@ from jobs.lakehouse.locations import Location, checks_directory, warehouse_locat
 from jobs.lakehouse.tables import Registry
 from jobs.pipeline_config import BrokerSource
 from jobs.report.cluster_page import ClusterBroker, write_cluster_report
-from jobs.snapshot.manifest import Manifest
+from jobs.snapshot.manifest import MANIFEST, Manifest
 from jobs.snapshot.roots import snapshots_at
 
 log = logging.getLogger(__name__)
@@ -102,15 +102,13 @@ def replica_pair(snapshot_root: Path | Location, cluster: str, slave: BrokerSour
     master = slave.master or ""
     master_store = snapshots.local_store(master, snapshot_id) \
         if master in loaded and snapshots.manifest(master, snapshot_id) else None
-    return ReplicaPair(cluster, slave.name, master, snapshot_id,
-                       snapshots.local_store(slave.name, snapshot_id), master_store,
+    slave_store = snapshots.local_store(slave.name, snapshot_id)
+    return ReplicaPair(cluster, slave.name, master, snapshot_id, slave_store, master_store,
                        loaded[slave.name].get("taken_at"),
-                       _written_at(snapshots.manifest(slave.name, snapshot_id), OFFSETS_FILE))
+                       _written_at(Manifest.load(slave_store.parent / MANIFEST), OFFSETS_FILE))
 
 
-def _written_at(manifest: Manifest | None, relative: str) -> datetime | None:
-    if manifest is None:
-        return None
+def _written_at(manifest: Manifest, relative: str) -> datetime | None:
     entry = next((f for f in manifest.files if f.path == relative), None)
     return datetime.fromtimestamp(entry.mtime_ns / 1e9, UTC) if entry else None
 

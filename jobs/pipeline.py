@@ -19,7 +19,7 @@ from jobs.lakehouse import tables as T
 from jobs.lakehouse.tables import Registry
 from jobs.pipeline_config import SLAVE, BrokerSource, PipelineConfig
 from jobs.snapshot.copier import SnapshotError, SnapshotInPastError
-from jobs.snapshot.roots import LocalSnapshots, snapshots_at
+from jobs.snapshot.roots import snapshots_at
 from jobs.snapshot.sources import LocalSource, SourceError, StoreSource
 
 if TYPE_CHECKING:  # the DAG file imports this module while parsing: keep pyspark out
@@ -95,12 +95,9 @@ def snapshot_broker(config: PipelineConfig, broker: BrokerSource, snapshot_id: s
 def snapshot_store_of(config: PipelineConfig, snapshot: dict[str, Any]) -> Path:
     """The local directory of a snapshot step's snapshot: where it was taken, or (in a
     bucket) this host's mirror of it, downloaded as needed (jobs.snapshot.bucket)."""
-    snapshots = snapshots_at(config.snapshot_root)
-    if isinstance(snapshots, LocalSnapshots):
-        return Path(snapshot["store"])
     try:
-        return snapshots.local_store(snapshot["broker"], snapshot["snapshot_id"],
-                                     progress=_say(snapshot["broker"]))
+        return snapshots_at(config.snapshot_root).local_store(
+            snapshot["broker"], snapshot["snapshot_id"], progress=_say(snapshot["broker"]))
     except SnapshotError as error:
         raise StepError(str(error)) from error
 

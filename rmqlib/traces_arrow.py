@@ -139,9 +139,12 @@ def _decode_contexts(contexts: pa.Array, bodies: np.ndarray, positions: np.ndarr
     utf8 = _valid_utf8(contexts)
     parts = []
     failed = ~utf8
+    known = np.zeros(len(contexts), bool)
     for kind, layout in _LAYOUTS.items():
         of_kind = np.asarray(pc.equal(kinds, pa.scalar(kind.encode(), pa.binary()))
-                             .fill_null(False)) & utf8
+                             .fill_null(False))
+        known |= of_kind
+        of_kind &= utf8
         if not of_kind.any():
             continue
         index = np.flatnonzero(of_kind)
@@ -157,10 +160,6 @@ def _decode_contexts(contexts: pa.Array, bodies: np.ndarray, positions: np.ndarr
                 table = table.append_column(name, pa.nulls(len(table),
                                                            TRACE_SCHEMA.field(name).type))
         parts.append(table.select(TRACE_SCHEMA.names).cast(TRACE_SCHEMA))
-    known = np.zeros(len(contexts), bool)
-    for kind in _LAYOUTS:
-        known |= np.asarray(pc.equal(kinds, pa.scalar(kind.encode(), pa.binary()))
-                            .fill_null(False))
     failed |= ~known
     bad = []
     for i in np.flatnonzero(failed):  # rare: the reference says why

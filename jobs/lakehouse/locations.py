@@ -109,14 +109,14 @@ def checks_directory(warehouse: Location) -> Path:
     return local_companion(warehouse, "checks")
 
 
-def local_companion(warehouse: Location, kind: str) -> Path:
-    """A local directory, ``.cache/<kind>/<bucket>/<prefix>`` of this checkout, for what
-    belongs to a warehouse in an object store but must live on a disk (the checks' HTML,
-    Spark's Derby catalog)."""
+def local_companion(warehouse: Location, kind: str, base: str | Path | None = None) -> Path:
+    """A local directory, ``<base>/<bucket>/<prefix>`` (``base`` by default
+    ``.cache/<kind>`` of this checkout), for what belongs to a location in an object store
+    but must live on a disk (the checks' HTML, Spark's Derby catalog, a snapshot mirror)."""
     from jobs.lakehouse.jars import REPO_ROOT
 
     parsed = urlparse(warehouse.uri)
-    return REPO_ROOT / ".cache" / kind / parsed.netloc / parsed.path.strip("/")
+    return Path(base or REPO_ROOT / ".cache" / kind) / parsed.netloc / parsed.path.strip("/")
 
 
 @dataclass(frozen=True)
@@ -366,10 +366,19 @@ class Location:
         if self.is_local:
             shutil.rmtree(self.path, ignore_errors=True)
             return
+        self.delete_files([f.relative for f in self._list()])
+
+    def delete_files(self, relatives: list[str]) -> None:
+        """Remove these files below this directory (in an object store: deletes of up to
+        1,000 keys a request)."""
+        if self.is_local:
+            for relative in relatives:
+                (self.path / relative).unlink(missing_ok=True)
+            return
         import obstore
 
         store, key = self.store_and_key()
-        paths = [f"{key}/{f.relative}" for f in self._list()]
+        paths = [f"{key}/{relative}" for relative in relatives]
         for start in range(0, len(paths), 1000):
             obstore.delete(store, paths[start:start + 1000])
 

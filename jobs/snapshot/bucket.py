@@ -41,8 +41,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
 from pathlib import Path
-from urllib.parse import urlparse
 
 from jobs.lakehouse.locations import Location, local_companion
 from jobs.snapshot.copier import (
@@ -72,9 +72,8 @@ MIRROR_PARTIAL = ".mirror-"
 #: Objects no manifest names are deleted only this long after they were written: a
 #: snapshot uploads its objects before its manifest names them.
 ORPHAN_GRACE_S = 86_400.0
-#: Up to this size an object is one PUT; larger ones are multipart uploads of parts this
-#: big (S3's smallest part is 5 MiB).
-SINGLE_PUT_BYTES = 16 * 2**20
+#: An object larger than this is a multipart upload of parts this big (obstore decides;
+#: S3's smallest part is 5 MiB).
 UPLOAD_PART_BYTES = 8 * 2**20
 
 Progress = Callable[[str], None]
@@ -112,11 +111,7 @@ def mirror_root(root: Location) -> Path:
     ``$RMQ_SNAPSHOT_MIRROR/<bucket>/<prefix>``, by default under ``.cache/snapshot-mirror``
     of this checkout. It holds what a host took or read, hard-linked across nights as a
     local snapshot root does; retention trims it with the bucket."""
-    base = os.environ.get(MIRROR_ENV)
-    if not base:
-        return local_companion(root, "snapshot-mirror")
-    parsed = urlparse(root.uri)
-    return Path(base) / parsed.netloc / parsed.path.strip("/")
+    return local_companion(root, "snapshot-mirror", os.environ.get(MIRROR_ENV))
 
 
 @dataclass(frozen=True)
@@ -166,7 +161,7 @@ class BucketSnapshots:
         previous = self.manifest(broker, earlier[-1]) if earlier else None
         self._forget_unpublished(broker, published)
         if previous is not None:
-            self.local_store(broker, previous.snapshot_id, progress=say)
+            self.local_copy(broker, previous, say)
         manifest = take_snapshot(source, self.mirror, broker, snapshot_id, progress=say)
         self._upload_new_objects(broker, manifest, previous, say)
         text = manifest.to_json()
@@ -216,10 +211,7 @@ class BucketSnapshots:
         import obstore
 
         store, path = (self.root / broker / key).store_and_key()
-        if len(data) <= SINGLE_PUT_BYTES:
-            obstore.put(store, path, data)
-        else:
-            obstore.put(store, path, _parts(data), chunk_size=UPLOAD_PART_BYTES)
+        obstore.put(store, path, data, chunk_size=UPLOAD_PART_BYTES)
 
     # ----------------------------------------------------------------- the local mirror
 
@@ -234,6 +226,11 @@ class BucketSnapshots:
         manifest = self.manifest(broker, snapshot_id)
         if manifest is None:
             raise SnapshotError(f"{broker}: no snapshot {snapshot_id} in {self.root / broker}")
+        return self.local_copy(broker, manifest, say)
+
+    def local_copy(self, broker: str, manifest: Manifest, say: Progress) -> Path:
+        """The snapshot ``manifest`` names, in this host's mirror (see local_store)."""
+        snapshot_id = manifest.snapshot_id
         final = snapshot_dir(self.mirror, broker, snapshot_id)
         if _same_files(final / MANIFEST, manifest):
             return final / STORE_DIR
@@ -284,7 +281,6 @@ class BucketSnapshots:
             if snapshot_id not in published:
                 shutil.rmtree(snapshot_dir(self.mirror, broker, snapshot_id))
 
-
     # ----------------------------------------------------------------- retention
 
     def clean_up(self, broker: str, current: str, retention_days: float, *,
@@ -300,7 +296,7 @@ class BucketSnapshots:
         objects = self.root / broker / OBJECTS
         orphans = [f"{OBJECTS}/{f.relative}" for f in objects.files()
                    if f"{OBJECTS}/{f.relative}" not in named and f.modified < cutoff]
-        _delete_keys(self.root / broker, orphans)
+        (self.root / broker).delete_files(orphans)
         mirror = clean_up_snapshots(self.mirror, broker, current, retention_days)
         self._forget_unpublished(broker, kept)
         _trim_object_cache(self.mirror / broker / OBJECTS, {content_key(e) for e in kept_files})
@@ -323,7 +319,6 @@ class ObjectSource:
         self.directory, self.name = directory, name
         self.size, self.data_length = entry.size, entry.data_length
         self.chunks = [(*chunk_offset(key), key) for key in entry.objects]
-        self.requests = 0
 
     def read_at(self, position: int, length: int) -> bytes:
         import obstore
@@ -337,7 +332,6 @@ class ObjectSource:
                 store, path = (self.directory / key).store_and_key()
                 parts.append(bytes(obstore.get_range(store, path, start=begin - offset,
                                                      end=stop - offset)))
-                self.requests += 1
         return b"".join(parts) + bytes(max(0, end - max(position, data_end)))
 
     def close(self) -> None:
@@ -350,9 +344,7 @@ class SnapshotObjects:
     host reads instead of the driver's mirror (``jobs.load.decode_tasks``)."""
 
     root: str            # the snapshots' root URI
-    broker: str
-    snapshot_id: str
-    files: tuple[FileEntry, ...]
+    manifest: Manifest   # as published (its entries name the objects)
 
     @classmethod
     def beside(cls, store: Path) -> SnapshotObjects | None:
@@ -364,16 +356,27 @@ class SnapshotObjects:
         manifest = Manifest.load(manifest_path)
         if not manifest.objects_root:
             return None
-        root = Location(manifest.objects_root).parent
-        return cls(root.uri, manifest.broker, manifest.snapshot_id, tuple(manifest.files))
+        return cls(Location(manifest.objects_root).parent.uri, manifest)
+
+    @property
+    def broker(self) -> str:
+        return self.manifest.broker
+
+    @property
+    def snapshot_id(self) -> str:
+        return self.manifest.snapshot_id
 
     @property
     def uri(self) -> str:
         """The snapshot's own URI (``<root>/<broker>/<snapshot_id>``)."""
         return f"{self.root}/{self.broker}/{self.snapshot_id}"
 
+    @cached_property
+    def _by_path(self) -> dict[str, FileEntry]:
+        return {f.path: f for f in self.manifest.files}
+
     def entry(self, rel_path: str) -> FileEntry:
-        found = next((f for f in self.files if f.path == rel_path), None)
+        found = self._by_path.get(rel_path)
         if found is None or (found.data_length and not found.objects):
             raise SnapshotError(f"{self.broker}: snapshot {self.snapshot_id} has no file "
                                 f"{rel_path} in {self.root}")
@@ -386,8 +389,11 @@ class SnapshotObjects:
 
     def local_store(self) -> Path:
         """The whole snapshot in this host's mirror (for readers that need a directory:
-        DLedger's index beside its data, a RocksDB database, consume-queue ext files)."""
-        return BucketSnapshots(Location(self.root)).local_store(self.broker, self.snapshot_id)
+        DLedger's index beside its data, a RocksDB database, consume-queue ext files),
+        from the manifest in hand: no request when the host holds it already."""
+        with _bucket_errors(f"{self.broker}: snapshot {self.snapshot_id} from {self.root}"):
+            return BucketSnapshots(Location(self.root)).local_copy(self.broker,
+                                                                   self.manifest, log.info)
 
     def local_file(self, rel_path: str) -> Path:
         """One file in this host's object cache (``<mirror>/<broker>/objects/...``),
@@ -403,15 +409,6 @@ class SnapshotObjects:
             download(Location(self.root) / self.broker, entry, partial, self.broker)
         os.replace(partial, cached)
         return cached
-
-
-def _not_found() -> tuple[type[BaseException], ...]:
-    from obstore.exceptions import NotFoundError
-
-    return FileNotFoundError, NotFoundError
-
-
-_NOT_FOUND = _not_found()
 
 
 @contextmanager
@@ -466,7 +463,7 @@ def _chunk_bytes(directory: Location, key: str, local: Path | None, broker: str,
     try:
         for chunk in obstore.get(store, object_path).stream():
             yield bytes(chunk)
-    except _NOT_FOUND as error:
+    except FileNotFoundError as error:  # obstore's answer to a 404
         raise SnapshotError(f"{broker}: {path}: object {directory / key} is missing "
                             "(deleted while a manifest names it)") from error
 
@@ -481,24 +478,6 @@ def _same_files(manifest_path: Path, manifest: Manifest) -> bool:
         return False
     local = Manifest.load(manifest_path)
     return sorted(map(_content, local.files)) == sorted(map(_content, manifest.files))
-
-
-def _parts(data: bytes) -> Iterator[memoryview]:
-    """``data`` as the parts of a multipart upload."""
-    view = memoryview(data)
-    for start in range(0, len(view), UPLOAD_PART_BYTES):
-        yield view[start:start + UPLOAD_PART_BYTES]
-
-
-def _delete_keys(directory: Location, relatives: list[str]) -> None:
-    import obstore
-
-    if not relatives:
-        return
-    store, key = directory.store_and_key()
-    paths = [f"{key}/{relative}" for relative in relatives]
-    for start in range(0, len(paths), 1000):
-        obstore.delete(store, paths[start:start + 1000])
 
 
 def _trim_object_cache(cache: Path, named: set[str]) -> None:

@@ -27,6 +27,8 @@ from jobs.snapshot.sources import StoreSource
 
 
 class Snapshots(Protocol):
+    """What the pipeline does with a night's snapshots, wherever they are."""
+
     def ids(self, broker: str) -> list[str]: ...
 
     def manifest(self, broker: str, snapshot_id: str) -> Manifest | None: ...
@@ -72,7 +74,7 @@ class LocalSnapshots:
         return clean_up_snapshots(self.root, broker, current, retention_days)
 
 
-def snapshots_at(root: str | Path | Location) -> LocalSnapshots | BucketSnapshots:
+def snapshots_at(root: str | Path | Location) -> Snapshots:
     """The snapshots under ``root``: an ``s3://`` URI or a local directory."""
     location = warehouse_location(root, "snapshot_root")
     return LocalSnapshots(location.path) if location.is_local else BucketSnapshots(location)
