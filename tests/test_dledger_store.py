@@ -230,8 +230,10 @@ def test_layout(v: Variant) -> None:
     assert not (root / "commitlog").exists()
     assert not (root / "abort").exists()
     assert (root / "checkpoint").is_file()  # the store checkpoint exists as usual
-    assert sorted(p.name for p in base.iterdir()) == [
-        "checkpoint", "checkpoint.bak", "currterm", "data", "index"]
+    present = sorted(p.name for p in base.iterdir())
+    _, written_at_shutdown = raft_checkpoint(base)  # else only the checkpoint before is left
+    assert present == ["checkpoint"] * written_at_shutdown + [
+        "checkpoint.bak", "currterm", "data", "index"]
     names = sorted(p.name for p in (base / "data").iterdir())
     assert names == [f"{i * MiB:020d}" for i in range(len(names))]
     assert len(names) == 3
@@ -245,15 +247,39 @@ def test_layout(v: Variant) -> None:
     assert v.dledger["afterShutdown"]["commitlogDirExists"] is False
 
 
+def raft_checkpoint(base: Path) -> tuple[Path, bool]:
+    """The Raft checkpoint file, and whether it is the one the shutdown wrote.
+
+    DLedger 0.3.2 writes ``checkpoint`` by writing ``checkpoint.tmp``, copying the old file to
+    ``checkpoint.bak``, deleting ``checkpoint`` and renaming the tmp file (IOUtils.string2File);
+    ``DLedgerMmapFileStore.shutdown()`` persists it while the flush thread, stopped only after,
+    may be persisting it too. When they interleave, one thread's delete comes after the other's
+    rename and its own rename finds no tmp file: a cleanly shut down broker is left with
+    ``checkpoint.bak`` (the checkpoint before) and no ``checkpoint``. CI met it once in ~40
+    builds of this store.
+    """
+    if (base / "checkpoint").exists():
+        return base / "checkpoint", True
+    return base / "checkpoint.bak", False
+
+
 def test_checkpoint_and_currterm(v: Variant) -> None:
     base = v.dir / "store" / "dledger-n0"
     last = v.store.entries[-1].index
-    assert read_props(base / "checkpoint") == {"committedIndex": str(last), "endIndex": str(last)}
-    assert read_props(base / "currterm") == {"currTerm": "0", "voteLeader": "n0"}
     after = v.dledger["afterShutdown"]
-    assert after["checkpoint"] == (base / "checkpoint").read_text(encoding="latin-1")
+    checkpoint, written_at_shutdown = raft_checkpoint(base)
+    props = read_props(checkpoint)
+    if written_at_shutdown:
+        assert props == {"committedIndex": str(last), "endIndex": str(last)}
+        assert after["checkpoint"] == checkpoint.read_text(encoding="latin-1")
+        assert after["checkpointProperties"] == props
+    else:
+        assert after["checkpoint"] is None
+        assert after["checkpointBakExists"] is True
+        assert set(props) == {"committedIndex", "endIndex"}
+        assert 0 <= int(props["committedIndex"]) <= int(props["endIndex"]) <= last
+    assert read_props(base / "currterm") == {"currTerm": "0", "voteLeader": "n0"}
     assert after["currterm"] == (base / "currterm").read_text(encoding="latin-1")
-    assert after["checkpointProperties"] == read_props(base / "checkpoint")
     assert {e.term for e in v.store.entries} == {0}
 
 
@@ -408,7 +434,8 @@ def test_snapshot_s1_is_a_prefix(v: Variant) -> None:
     snap = json.loads((v.dir / "truth" / "snapshots.json").read_text(encoding="utf-8"))[0]
     assert snap["brokerBeforeCopy"]["commitLogMaxOffset"] == s1.end
     base = v.dir / "snapshots" / "s1" / "store" / "dledger-n0"
-    assert int(read_props(base / "checkpoint")["committedIndex"]) <= s1.entries[-1].index
+    # a hot copy may land inside a checkpoint write too (raft_checkpoint)
+    assert int(read_props(raft_checkpoint(base)[0])["committedIndex"]) <= s1.entries[-1].index
     # every consume-queue unit of the copy points at an entry of the copy
     by_body = s1.by_body_offset
     for f in (v.dir / "snapshots" / "s1" / "store" / "consumequeue").glob("*/*/*"):
