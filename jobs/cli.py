@@ -58,6 +58,8 @@ def _parser() -> argparse.ArgumentParser:
     load.add_argument("--no-crc", action="store_true", help="skip body CRC verification")
     load.add_argument("--replica", action="store_true", help="a slave's store: load its "
                       "state and commitlog bounds only (its records are its master's)")
+    load.add_argument("--trace-topic", action="append", default=[], metavar="TOPIC",
+                      help="a trace topic besides RMQ_SYS_TRACE_TOPIC (repeatable)")
     load.add_argument("--taken-at", type=datetime.fromisoformat,
                       help="when the snapshot was taken (ISO 8601, default newest file mtime)")
     load.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -357,7 +359,7 @@ def _load(spark, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-de
     options = LoadOptions(split_bytes=args.split_mib * 2**20, body_policy=args.body_policy,
                           verify_crc=not args.no_crc, taken_at=taken_at,
                           engine=args.engine, local_up_to_mib=args.local_up_to_mib,
-                          replica=args.replica)
+                          replica=args.replica, trace_topics=tuple(args.trace_topic))
     with ConsoleProgress(spark, quiet=args.quiet) as progress:
         summary = load_snapshot(spark, args.broker, args.snapshot_id, store, options,
                                 registry=Registry(None, _warehouse(args)), progress=progress)

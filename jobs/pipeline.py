@@ -124,6 +124,7 @@ def load_broker(start_spark: Callable[[], SparkSession], config: PipelineConfig,
     options = LoadOptions(taken_at=datetime.fromisoformat(snapshot["taken_at"]),
                           engine=config.load_engine,
                           local_up_to_mib=config.local_load_up_to_mib,
+                          trace_topics=config.trace_topics,
                           replica=snapshot.get("role") == SLAVE)
     spark = SparkOnDemand(start_spark)  # started only if the load needs Spark
     try:

@@ -16,6 +16,7 @@ check_engine: auto               # auto: local (DuckDB, no JVM) up to local_chec
 local_checks_up_to_mib: 256      # ... of commitlog in the store, else spark
 load_engine: auto                # auto: decode in the task's process up to local_load_up_to_mib
 local_load_up_to_mib: 1024       # ... of bytes past the high-water marks, else on Spark
+trace_topics: []                 # trace topics besides RMQ_SYS_TRACE_TOPIC (message_traces)
 deliver_alerts: true             # false: alerts are recorded and logged, not sent
 alerts_config: config/alerts.yaml  # thresholds, consumer-status window, reminders, channels
 brokers:
@@ -119,6 +120,7 @@ class PipelineConfig:
     load_engine: str = "auto"
     local_load_up_to_mib: int = LOCAL_LOAD_UP_TO_MIB
     alerts_config: Path = REPO_ROOT / "config" / "alerts.yaml"
+    trace_topics: tuple[str, ...] = ()
 
     checks_output_setting: Path | None = None
     aws_conn_id: str | None = None  # the object store's keys and endpoint (Airflow aws)
@@ -149,7 +151,7 @@ def load_config(path: str | Path | None = None) -> PipelineConfig:
              "retry_delay_s", "spark_conn_id", "deliver_alerts", "brokers", "alerts_config",
              "spark_pool", "spark_pool_slots", "time_travel_days", "check_engine",
              "local_checks_up_to_mib", "load_engine", "local_load_up_to_mib",
-             "checks_output", "aws_conn_id"}
+             "checks_output", "aws_conn_id", "trace_topics"}
     unknown = sorted(set(document) - known)
     if unknown:
         raise PipelineConfigError(f"{path}: unknown key(s) {', '.join(unknown)}")
@@ -190,7 +192,16 @@ def load_config(path: str | Path | None = None) -> PipelineConfig:
         checks_output_setting=where("checks_output", "") if document.get("checks_output")
         else None,
         aws_conn_id=str(document["aws_conn_id"]) if document.get("aws_conn_id") else None,
+        trace_topics=_names(path, document, "trace_topics"),
     )
+
+
+def _names(path: Path, document: dict[str, Any], key: str) -> tuple[str, ...]:
+    """A list of non-empty strings (absent: none)."""
+    value = document.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise PipelineConfigError(f"{path}: {key} must be a list of names")
+    return tuple(value)
 
 
 def warehouse_at(location: str, what: str, base: Path) -> Path | Location:

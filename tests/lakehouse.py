@@ -18,10 +18,10 @@ from jobs.load.job import LoadOptions, LoadSummary, load_snapshot
 TEST_OPTIONS = LoadOptions(split_bytes=256 * 1024, queue_split_bytes=2000, engine="spark")
 IN_PROCESS_OPTIONS = dataclasses.replace(TEST_OPTIONS, engine="local")
 # What a load writes: every table but the checks' and the audit logs.
-LOADED_TABLES = (T.MESSAGES, T.QUEUE_ENTRIES, T.INDEX_ENTRIES, T.TOPICS, T.SUBSCRIPTION_GROUPS,
-                 T.CONSUMER_OFFSETS, T.DELAY_OFFSETS, T.PENDING_TIMERS, T.COMPACTED_ENTRIES,
-                 T.BROKER_EPOCHS, T.POP_IN_FLIGHT, T.SNAPSHOTS, T.QUARANTINE,
-                 T.RETENTION_GAPS, T.LOAD_STATE)
+LOADED_TABLES = (T.MESSAGES, T.QUEUE_ENTRIES, T.INDEX_ENTRIES, T.MESSAGE_TRACES, T.TOPICS,
+                 T.SUBSCRIPTION_GROUPS, T.CONSUMER_OFFSETS, T.DELAY_OFFSETS, T.PENDING_TIMERS,
+                 T.COMPACTED_ENTRIES, T.BROKER_EPOCHS, T.POP_IN_FLIGHT, T.SNAPSHOTS,
+                 T.QUARANTINE, T.RETENTION_GAPS, T.LOAD_STATE)
 
 
 def load(spark, warehouse: Path, broker: str, snapshot_id: str, store: Path,  # type: ignore[no-untyped-def]

@@ -36,15 +36,15 @@ from jobs.lakehouse.contracts import (
     sql_literal,
 )
 
-TABLES = ("messages", "queue_entries", "index_entries", "message_lookup", "topics",
-          "subscription_groups", "consumer_offsets", "delay_offsets", "pending_timers",
+TABLES = ("messages", "queue_entries", "index_entries", "message_traces", "message_lookup",
+          "topics", "subscription_groups", "consumer_offsets", "delay_offsets", "pending_timers",
           "compacted_entries", "broker_epochs", "pop_in_flight", "snapshots", "quarantine",
           "retention_gaps", "load_state", "history_rewrites", "superseded_messages",
           "load_runs", "maintenance_runs", "check_results",
           "consumer_lag", "queue_bounds", "consumer_status", "alerts", "cluster_lag",
           "replica_status")
-APPEND_ONLY = {"messages", "queue_entries", "index_entries", "message_lookup", "load_runs",
-               "maintenance_runs"}
+APPEND_ONLY = {"messages", "queue_entries", "index_entries", "message_traces", "message_lookup",
+               "load_runs", "maintenance_runs"}
 CONTRACT_FILES = sorted(CONTRACTS_DIR.glob("*.yaml"))
 
 

@@ -44,6 +44,7 @@ DEFAULT_WAREHOUSE = REPO_ROOT / ".cache" / "warehouse"
 MESSAGES = "messages"
 QUEUE_ENTRIES = "queue_entries"
 INDEX_ENTRIES = "index_entries"
+MESSAGE_TRACES = "message_traces"  # the trace topics' contexts, cut by the commitlog tasks
 # Derived from messages by the load: msgId, key and queue position -> message row.
 MESSAGE_LOOKUP = "message_lookup"
 # State: one row set per (broker, snapshot).
@@ -75,11 +76,12 @@ ALERTS = "alerts"
 CLUSTER_LAG = "cluster_lag"
 REPLICA_STATUS = "replica_status"
 
-TABLES = (MESSAGES, QUEUE_ENTRIES, INDEX_ENTRIES, MESSAGE_LOOKUP, TOPICS, SUBSCRIPTION_GROUPS,
-          CONSUMER_OFFSETS, DELAY_OFFSETS, PENDING_TIMERS, COMPACTED_ENTRIES, BROKER_EPOCHS,
-          POP_IN_FLIGHT, SNAPSHOTS, QUARANTINE, RETENTION_GAPS, LOAD_STATE, HISTORY_REWRITES,
-          SUPERSEDED_MESSAGES, LOAD_RUNS, MAINTENANCE_RUNS, CHECK_RESULTS, CONSUMER_LAG,
-          QUEUE_BOUNDS, CONSUMER_STATUS, ALERTS, CLUSTER_LAG, REPLICA_STATUS)
+TABLES = (MESSAGES, QUEUE_ENTRIES, INDEX_ENTRIES, MESSAGE_TRACES, MESSAGE_LOOKUP, TOPICS,
+          SUBSCRIPTION_GROUPS, CONSUMER_OFFSETS, DELAY_OFFSETS, PENDING_TIMERS,
+          COMPACTED_ENTRIES, BROKER_EPOCHS, POP_IN_FLIGHT, SNAPSHOTS, QUARANTINE, RETENTION_GAPS,
+          LOAD_STATE, HISTORY_REWRITES, SUPERSEDED_MESSAGES, LOAD_RUNS, MAINTENANCE_RUNS,
+          CHECK_RESULTS, CONSUMER_LAG, QUEUE_BOUNDS, CONSUMER_STATUS, ALERTS, CLUSTER_LAG,
+          REPLICA_STATUS)
 # Written by a cluster's stage of the night, never by a broker's load or check.
 CLUSTER_TABLES = (CLUSTER_LAG, REPLICA_STATUS)
 # Audit logs: a row per attempt (load, maintenance), so they grow on every re-run; every

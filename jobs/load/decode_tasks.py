@@ -27,6 +27,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs.lakehouse.locations import Location
+from jobs.load.arrow_time import dates, timestamps
+from jobs.load.trace_output import TraceCollector, TraceOutput
 from jobs.snapshot.bucket import SnapshotObjects
 from rmqlib.commitlog.arrow import scan_segment_arrow, unwrap_inner_batches
 from rmqlib.common import races
@@ -43,6 +45,7 @@ from rmqlib.queues.batchconsumequeue import decode_bcq_range
 from rmqlib.queues.consumequeue import CQ_UNIT_SIZE, EXT_MAX_ADDR, FILLER_SIZE, decode_cq_range
 from rmqlib.queues.consumequeue_ext import ExtResolver
 from rmqlib.rocksdb.consume_queue import read_queues
+from rmqlib.transactions import OP_HALF_TOPIC
 
 COMMITLOG = "commitlog"
 DLEDGER = "dledger"  # a DLedger data file: commitlog records inside Raft entries
@@ -54,7 +57,6 @@ BATCHCONSUMEQUEUE = "batchconsumequeue"
 INDEX = "index"
 
 BODY_POLICIES = ("full", "hash", "none")
-MS_PER_DAY = 86_400_000
 
 # The input rows of every decode job: one per planned task.
 TASK_SCHEMA = pa.schema([
@@ -118,6 +120,9 @@ class DecodeContext:
     # ``read_objects`` says so (Spark's executors, on hosts without the driver's mirror).
     objects: SnapshotObjects | None = None
     read_objects: bool = False
+    # Commitlog tasks: write the trace topics' contexts for message_traces (None: the
+    # table has this snapshot's append already, or the task kind is another).
+    traces: TraceOutput | None = None
 
 
 #: Kinds whose decoders read byte ranges (a ByteSource): from a bucket, ranged GETs.
@@ -235,11 +240,16 @@ def _commitlog_task(task: Task, context: DecodeContext, files: TaskFiles
                                    verify_crc=context.verify_crc)
     rows = 0
     first: int | None = None
+    traces = (TraceCollector(context.traces, context.broker, context.snapshot_id,
+                             task.task_id, task.rel_path)
+              if context.traces is not None else None)
     held: pa.RecordBatch | None = None  # the latest batch, kept until the scan has ended
     for batch in scan:
         if batch.num_rows == 0:
             continue
         if held is not None:
+            if traces is not None:
+                traces.collect(held)
             out = to_messages(held, task.rel_path, context)
             rows += out.num_rows
             yield out
@@ -262,6 +272,8 @@ def _commitlog_task(task: Task, context: DecodeContext, files: TaskFiles
     if held is not None and held.num_rows:
         last = (held.column("physical_offset")[-1].as_py(),
                 held.column("total_size")[-1].as_py(), held.column("body_crc")[-1].as_py())
+        if traces is not None:
+            traces.collect(held)
         out = to_messages(held, task.rel_path, context)
         rows += out.num_rows
         yield out
@@ -277,6 +289,8 @@ def _commitlog_task(task: Task, context: DecodeContext, files: TaskFiles
         "body_crc_failures": sum(p != torn_at for p in result.body_crc_failures),
         "property_crc_failures": sum(p != torn_at for p in result.property_crc_failures),
     }
+    if traces is not None:
+        report.update(traces.finish())
     if task.kind == DLEDGER:
         report["index_problems"] = _dledger_index_problems(task, files, scan.entries)
     return report
@@ -335,17 +349,6 @@ def _quarantine_last_record(account: dict, batch: pa.RecordBatch, segment_start:
     return {**account, "decoded": account["decoded"] - size, "unreadable": unreadable}
 
 
-def _timestamps(ms: pa.Array) -> pa.Array:
-    """Epoch milliseconds -> timestamp[us, UTC] (overflow raises, never wraps)."""
-    return pc.multiply_checked(ms, 1000).cast(pa.timestamp("us", tz="UTC"))
-
-
-def _dates(ms: pa.Array) -> pa.Array:
-    """UTC calendar date of epoch milliseconds."""
-    days = np.floor_divide(ms.to_numpy(zero_copy_only=False), MS_PER_DAY).astype(np.int32)
-    return pa.array(days, pa.int32()).cast(pa.date32())
-
-
 def sha256_hex(values: pa.Array) -> pa.Array:
     """Lowercase hex sha256 of every value of a binary array (null stays null).
 
@@ -357,12 +360,28 @@ def sha256_hex(values: pa.Array) -> pa.Array:
                      for value in values.to_pylist()], pa.string())
 
 
-def _body_columns(body: pa.Array, policy: str) -> dict[str, pa.Array]:
-    """body / body_size / body_sha256 under the body policy."""
+#: Topics whose bodies are kept whatever the body policy: an op message's body is the list of
+#: half-message queue offsets a transaction decision marks done (jobs.load.transaction_rows
+#: reads it), a few bytes of numbers and nothing of a user's data.
+BODIES_ALWAYS_KEPT = (OP_HALF_TOPIC,)
+
+
+def _body_columns(body: pa.Array, topic: pa.Array, policy: str) -> dict[str, pa.Array]:
+    """body / body_size / body_sha256 / body_policy under the load's body policy."""
+    n = len(body)
     sizes = pc.binary_length(body)
-    digests = pa.nulls(len(body), pa.string()) if policy == "none" else sha256_hex(body)
-    kept = body if policy == "full" else pa.nulls(len(body), pa.binary())
-    return {"body": kept, "body_size": sizes, "body_sha256": digests}
+    digests = pa.nulls(n, pa.string()) if policy == "none" else sha256_hex(body)
+    policies = pa.repeat(pa.scalar(policy, pa.string()), n)
+    if policy == "full":
+        return {"body": body, "body_size": sizes, "body_sha256": digests,
+                "body_policy": policies}
+    kept = pc.is_in(topic, pa.array(BODIES_ALWAYS_KEPT, pa.string()))
+    if pc.any(kept).as_py():
+        digests = pc.if_else(kept, sha256_hex(body), digests)
+        return {"body": pc.if_else(kept, body, pa.nulls(n, pa.binary())), "body_size": sizes,
+                "body_sha256": digests, "body_policy": pc.if_else(kept, "full", policies)}
+    return {"body": pa.nulls(n, pa.binary()), "body_size": sizes, "body_sha256": digests,
+            "body_policy": policies}
 
 
 def to_messages(batch: pa.RecordBatch, rel_path: str, context: DecodeContext
@@ -388,18 +407,17 @@ def to_messages(batch: pa.RecordBatch, rel_path: str, context: DecodeContext
         "inner_index": col("inner_index"),
         "inner_num": col("inner_num"),
         "flag": col("flag"),
-        "born_time": _timestamps(col("born_timestamp")),
+        "born_time": timestamps(col("born_timestamp")),
         "born_host": col("born_host"),
         "born_port": col("born_port"),
-        "store_time": _timestamps(store_ms),
-        "store_date": _dates(store_ms),
+        "store_time": timestamps(store_ms),
+        "store_date": dates(store_ms),
         "store_host": col("store_host"),
         "store_port": col("store_port"),
         "reconsume_times": col("reconsume_times"),
         "prepared_transaction_offset": col("prepared_transaction_offset"),
         "stored_body_size": col("body_length"),
-        **_body_columns(col("body"), context.body_policy),
-        "body_policy": pa.repeat(pa.scalar(context.body_policy, pa.string()), n),
+        **_body_columns(col("body"), col("topic"), context.body_policy),
         "body_error": col("body_error"),
         "body_crc_ok": col("body_crc_ok"),
         "property_crc_ok": col("property_crc_ok"),
@@ -478,7 +496,7 @@ def _queue_task(task: Task, context: DecodeContext, files: TaskFiles
             "kind": _kinds(tags[:keep], filler[:keep]),
             "batch_size": (pa.array(fields["batch_size"][:keep], pa.int32()) if batch_queue
                            else pa.nulls(n, pa.int32())),
-            "store_time": _timestamps(pa.array(fields["store_timestamp"][:keep], pa.int64())
+            "store_time": timestamps(pa.array(fields["store_timestamp"][:keep], pa.int64())
                                       if batch_queue else ext.store_ms),
             "ext_tags_code": ext.tags_code,
             "ext_filter_bitmap": ext.filter_bitmap,
@@ -532,7 +550,7 @@ def _rocksdb_queue_task(task: Task, context: DecodeContext, files: TaskFiles
             "tags_code": pa.array(queue.tags_code[:keep], pa.int64()),
             "kind": _kinds(queue.tags_code[:keep], filler[:keep]),
             "batch_size": pa.nulls(n, pa.int32()),
-            "store_time": _timestamps(pa.array(queue.store_time_ms[:keep], pa.int64())),
+            "store_time": timestamps(pa.array(queue.store_time_ms[:keep], pa.int64())),
             "ext_tags_code": pa.nulls(n, pa.int64()),
             "ext_filter_bitmap": pa.nulls(n, pa.binary()),
             "source_file": pa.repeat(pa.scalar(task.rel_path, pa.string()), n),
@@ -612,7 +630,7 @@ def _index_task(task: Task, context: DecodeContext, files: TaskFiles
             "slot": col("slot"),
             "commitlog_offset": col("commitlog_offset"),
             "time_diff_seconds": col("time_diff"),
-            "store_time": _timestamps(col("store_time_ms")),
+            "store_time": timestamps(col("store_time_ms")),
             "prev_index": col("prev_index"),
             "first_snapshot_id": pa.repeat(pa.scalar(context.snapshot_id, pa.string()), n),
         }

@@ -38,15 +38,18 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
 from pathlib import Path
 
+import pyarrow as pa
+from deltalake.writer import WriterProperties
 from pyspark.sql import SparkSession
 
 from jobs.lakehouse import tables as T
+from jobs.lakehouse.driver_rows import append_rows_once, committed
 from jobs.lakehouse.engine_choice import (
     AUTO,
     ENGINES,
@@ -84,6 +87,7 @@ from jobs.load.plan import (
     LoadPlan,
     plan_load,
 )
+from jobs.load.trace_output import TRACE_STREAM, TraceOutput, read_trace_rows
 from jobs.snapshot.bucket import SnapshotObjects
 from rmqlib.config import load_config_dir
 from rmqlib.errors import StoreError
@@ -115,6 +119,9 @@ class LoadOptions:
     # A slave's store (config/pipeline.yaml role: slave): its records are its master's
     # records, loaded from the master; only its state and commitlog bounds are loaded.
     replica: bool = False
+    # Topics holding trace messages besides RMQ_SYS_TRACE_TOPIC and rmq_sys_TRACE_DATA_*
+    # (a client's customizedTraceTopic, a broker's msgTraceTopicName): message_traces.
+    trace_topics: tuple[str, ...] = ()
 
 
 @dataclass
@@ -303,6 +310,38 @@ class SnapshotLoad:
         self.summary.results[table] = result
         return result
 
+    def trace_output(self, tasks: list[Task]) -> TraceOutput | None:
+        """Where the commitlog tasks write message_traces rows; None when the table has
+        this snapshot's append already. When ``messages`` has it but ``message_traces``
+        not (a load killed between the two), the commitlog tasks' reports are removed, so
+        that the tasks run again for their trace rows."""
+        table = self.registry[T.MESSAGE_TRACES]
+        if not tasks or committed(table.location, self.app_id(T.MESSAGE_TRACES), self.seq):
+            return None
+        if committed(self.registry[T.MESSAGES].location, self.app_id(T.MESSAGES), self.seq):
+            Location(self.report_dir(COMMITLOG)).delete_tree()
+        return TraceOutput(self.report_dir(COMMITLOG), table.contract.arrow_schema(),
+                           self.options.trace_topics)
+
+    def append_traces(self, context: DecodeContext) -> None:
+        """Append the trace rows the commitlog tasks wrote, once (one commit)."""
+        result = TableResult(T.MESSAGE_TRACES)
+        self.summary.results[T.MESSAGE_TRACES] = result
+        if context.traces is None:
+            result.outcome, result.detail = "skipped", "no commitlog read, or committed before"
+            return
+        clock = time.monotonic()
+        reports = self.reports.get(COMMITLOG, [])
+        batches = read_trace_rows(context.traces.directory, reports)
+        result.rows = sum(b.num_rows for b in batches)
+        if batches:  # zstd, as every fact table's files
+            table = self.registry[T.MESSAGE_TRACES]
+            append_rows_once(table.location, table.contract, pa.Table.from_batches(batches),
+                             self.app_id(T.MESSAGE_TRACES), self.seq,
+                             writer_properties=WriterProperties(compression="ZSTD"))
+        result.seconds = time.monotonic() - clock
+        self.progress(f"{T.MESSAGE_TRACES}: {result.rows} trace context(s)")
+
     def plan(self, marks: list[HighWaterMark]) -> LoadPlan:
         """What to decode: everything past the marks; for a replica, nothing (its records
         are its master's), though planning still finds its commitlog's first offset."""
@@ -410,6 +449,9 @@ class SnapshotLoad:
                 for rel, position, length, reason in report.get("index_problems", []):
                     rows.append((self.broker, self.snapshot_id, rel, position, length, reason,
                                  DLEDGER_INDEX, None))
+                for position, length, reason in report.get("trace_unreadable", []):
+                    rows.append((self.broker, self.snapshot_id, report["rel_path"], position,
+                                 length, reason, TRACE_STREAM, None))
         for skipped in plan.skipped_queues:
             rows.append((self.broker, self.snapshot_id, skipped.rel_path, 0, skipped.length,
                          skipped.reason, skipped.stream, None))
@@ -512,9 +554,11 @@ class SnapshotLoad:
                           f"index; {plan.planned_bytes(plan.tasks) / 2**20:.1f} MiB past the "
                           "high-water marks")
             self.choose_fact_writer(plan)
-            self.decode_into(T.MESSAGES, COMMITLOG, plan.commitlog_tasks,
-                             self.context(T.MESSAGES, COMMITLOG,
-                                          commitlog_tail_file=plan.commitlog_tail_file))
+            messages = self.context(T.MESSAGES, COMMITLOG,
+                                    commitlog_tail_file=plan.commitlog_tail_file)
+            messages = replace(messages, traces=self.trace_output(plan.commitlog_tasks))
+            self.decode_into(T.MESSAGES, COMMITLOG, plan.commitlog_tasks, messages)
+            self.append_traces(messages)
             cl_end = self.commitlog_end(plan)
             self.decode_into(T.QUEUE_ENTRIES, "queues", plan.queue_tasks,
                              self.context(T.QUEUE_ENTRIES, "queues", cl_end,
