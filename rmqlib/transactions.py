@@ -88,3 +88,130 @@ def _bad_offset(token: bytes) -> str | None:
     if value < 0:
         return f"negative queue offset {value}"
     return None
+
+
+# --------------------------------------------------------------------------- state
+
+PENDING, COMMITTED, ROLLED_BACK, DISCARDED = "pending", "committed", "rolled_back", "discarded"
+STATES = (PENDING, COMMITTED, ROLLED_BACK, DISCARDED)
+# What a record is to a transaction (TransactionRecord.kind).
+HALF, OP, COMMIT_COPY, DISCARD = "half", "op", "commit", "discard"
+
+
+@dataclass(frozen=True)
+class TransactionRecord:
+    """A commitlog record that says something about transactions, in log order: a half
+    message (first put or a check's re-put), an op message (the half queue offsets it marks
+    done), a committed copy (sysflag transaction type COMMIT) or a discarded half."""
+
+    kind: str
+    physical_offset: int
+    store_ms: int
+    msg_id: str | None = None
+    queue_id: int = 0
+    queue_offset: int = 0
+    topic: str = ""
+    born_ms: int = 0
+    properties: dict[str, str] = field(default_factory=dict)
+    op_offsets: tuple[int, ...] = ()
+
+
+@dataclass
+class Transaction:
+    """One transactional message as far as the store has told so far.
+
+    Its identity is the half message's ``UNIQ_KEY`` (msgId): every copy of it (the check
+    re-puts, the committed copy, the discarded copy) carries the same one. Times are the
+    broker's store times in epoch milliseconds (``born_ms``: the producer's, of the half).
+    """
+
+    msg_id: str
+    transaction_id: str | None
+    producer_group: str | None
+    topic: str | None
+    queue_id: int | None
+    half_offset: int
+    half_queue_id: int
+    half_queue_offsets: list[int]
+    born_ms: int
+    half_ms: int
+    checks: int = 0
+    last_check_ms: int | None = None
+    state: str = PENDING
+    decided_ms: int | None = None
+    committed_offset: int | None = None
+    committed_queue_offset: int | None = None
+    changed: bool = False  # a record of the latest fold touched it
+
+    @property
+    def seconds_to_decision(self) -> float | None:
+        """From the first half message's store time to the decision's."""
+        if self.decided_ms is None:
+            return None
+        return (self.decided_ms - self.half_ms) / 1000
+
+    def decide(self, state: str, at_ms: int) -> None:
+        if self.state == PENDING:
+            self.state, self.decided_ms = state, at_ms
+
+
+def fold_transactions(carried: list[Transaction], records: list[TransactionRecord]
+                      ) -> list[Transaction]:
+    """The transactions after ``records`` (in log order), starting from ``carried`` (those
+    still pending before them): every carried one, and every one a record touched.
+
+    * a half message opens a transaction (or, a check's re-put, counts a check: its
+      ``TRANSACTION_CHECK_TIMES``) and adds its queue offset to those ops may name;
+    * a committed copy commits it; an op naming one of its half queue offsets, before any
+      committed copy, rolls it back (the broker writes the copy before the op:
+      ``EndTransactionProcessor``); a copy in ``TRANS_CHECK_MAX_TIME_TOPIC`` discards it.
+
+    A decision is final: a later record of a decided transaction changes nothing. Records
+    of transactions neither carried nor opened here (decided before ``carried`` was taken)
+    are left alone.
+    """
+    by_id = {t.msg_id: t for t in carried}
+    for t in carried:
+        t.changed = False
+    by_copy = {(t.half_queue_id, offset): t for t in carried for offset in t.half_queue_offsets}
+    for record in sorted(records, key=lambda r: r.physical_offset):
+        if record.kind == HALF and record.msg_id:
+            t = by_id.get(record.msg_id)
+            if t is None:
+                t = by_id[record.msg_id] = _opened(record)
+            _add_copy(t, record)
+            by_copy[(record.queue_id, record.queue_offset)] = t
+        elif record.kind == OP:
+            for offset in record.op_offsets:
+                t = by_copy.get((record.queue_id, offset))
+                if t is not None:
+                    t.decide(ROLLED_BACK, record.store_ms)
+                    t.changed = True
+        elif record.msg_id in by_id:
+            t = by_id[record.msg_id]
+            if record.kind == COMMIT_COPY and t.state == PENDING:
+                t.committed_offset, t.committed_queue_offset = (record.physical_offset,
+                                                                record.queue_offset)
+            t.decide(COMMITTED if record.kind == COMMIT_COPY else DISCARDED, record.store_ms)
+            t.changed = True
+    return list(by_id.values())
+
+
+def _opened(record: TransactionRecord) -> Transaction:
+    props = record.properties
+    queue_id = props.get(REAL_QUEUE_ID)
+    return Transaction(
+        msg_id=str(record.msg_id), transaction_id=props.get(TRANSACTION_ID),
+        producer_group=props.get(PRODUCER_GROUP), topic=props.get(REAL_TOPIC),
+        queue_id=int(queue_id) if queue_id and queue_id.lstrip("-").isdigit() else None,
+        half_offset=record.physical_offset, half_queue_id=record.queue_id,
+        half_queue_offsets=[], born_ms=record.born_ms, half_ms=record.store_ms)
+
+
+def _add_copy(t: Transaction, record: TransactionRecord) -> None:
+    t.half_queue_offsets.append(record.queue_offset)
+    t.changed = True
+    times = record.properties.get(TRANSACTION_CHECK_TIMES)
+    if times is not None and times.isdigit():
+        t.checks = max(t.checks, int(times))
+        t.last_check_ms = record.store_ms

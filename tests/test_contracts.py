@@ -38,7 +38,8 @@ from jobs.lakehouse.contracts import (
 
 TABLES = ("messages", "queue_entries", "index_entries", "message_traces", "message_lookup",
           "topics", "subscription_groups", "consumer_offsets", "delay_offsets", "pending_timers",
-          "compacted_entries", "broker_epochs", "pop_in_flight", "snapshots", "quarantine",
+          "compacted_entries", "broker_epochs", "pop_in_flight", "transactions", "snapshots",
+          "quarantine",
           "retention_gaps", "load_state", "history_rewrites", "superseded_messages",
           "load_runs", "maintenance_runs", "check_results",
           "consumer_lag", "queue_bounds", "consumer_status", "alerts", "cluster_lag",

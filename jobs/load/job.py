@@ -88,6 +88,7 @@ from jobs.load.plan import (
     plan_load,
 )
 from jobs.load.trace_output import TRACE_STREAM, TraceOutput, read_trace_rows
+from jobs.load.transaction_rows import transaction_rows
 from jobs.snapshot.bucket import SnapshotObjects
 from rmqlib.config import load_config_dir
 from rmqlib.errors import StoreError
@@ -567,6 +568,9 @@ class SnapshotLoad:
                              self.context(T.INDEX_ENTRIES, INDEX))
             if not self.options.replica:
                 self.write_lookup()
+                pending += self.start_writes(pool, self.append_small(
+                    T.TRANSACTIONS, transaction_rows(self.registry, self.broker,
+                                                     self.snapshot_id, self.seq)))
             quarantine = self.quarantine_rows(plan)
             self.summary.quarantined_bytes = sum(int(row[4]) for row in quarantine)
             self.summary.retention_gap_bytes = sum(

@@ -1,0 +1,127 @@
+"""``transactions``: each transactional message's state at a snapshot, kept incrementally.
+
+A transaction's state follows from records of the commitlog (rmqlib.transactions): its
+half message and the checks' re-puts, op messages naming them done, the committed copy,
+the discarded copy. Rather than read them all again each night, a snapshot's rows are
+folded from two small inputs:
+
+* the previous snapshot's rows still ``pending`` (a decided transaction never changes);
+* this snapshot's new records that concern transactions, read from the ``messages`` rows
+  the load has just committed (the files of this broker and snapshot only: the Delta log's
+  statistics choose them), op message bodies included (the load keeps them whatever the
+  body policy).
+
+So a night reads what it added plus the transactions still open, never the history. The
+rows written are the transactions this snapshot touched and those still pending; the
+latest row of a msgId is its current state.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pyarrow.dataset as ds
+
+from jobs.lakehouse import tables as T
+from jobs.lakehouse.driver_rows import arrow_dataset, sql_text
+from jobs.lakehouse.tables import Registry
+from rmqlib.transactions import (
+    CHECK_MAX_TIME_TOPIC,
+    COMMIT_COPY,
+    DISCARD,
+    HALF,
+    HALF_TOPIC,
+    OP,
+    OP_HALF_TOPIC,
+    PENDING,
+    REMOVE_TAG,
+    Transaction,
+    TransactionRecord,
+    decode_op_body,
+    fold_transactions,
+)
+
+LOADED = "loaded"
+RECORD_COLUMNS = ("physical_offset", "topic", "queue_id", "queue_offset", "store_time",
+                  "born_time", "msg_id", "tags", "properties", "body", "transaction_type")
+Row = tuple[object, ...]
+
+
+def transaction_rows(registry: Registry, broker: str, snapshot_id: str, seq: int) -> list[Row]:
+    """The ``transactions`` rows of snapshot ``snapshot_id`` (sequence ``seq``)."""
+    carried = [_transaction(row) for row in _previous_rows(registry, broker, seq)
+               if row["state"] == PENDING]
+    records = _records(registry, broker, snapshot_id)
+    if not carried and not records:
+        return []
+    folded = fold_transactions(carried, records)
+    return [_row(broker, snapshot_id, t) for t in sorted(folded, key=lambda t: t.half_offset)]
+
+
+def _previous_rows(registry: Registry, broker: str, seq: int) -> list[dict]:
+    """The rows of the broker's latest loaded snapshot before ``seq``."""
+    earlier = [row for row in registry.read_rows(T.SNAPSHOTS, broker=broker)
+               if row["status"] == LOADED and row["snapshot_seq"] < seq]
+    if not earlier:
+        return []
+    previous = max(earlier, key=lambda row: row["snapshot_seq"])["snapshot_id"]
+    return registry.read_rows(T.TRANSACTIONS, broker=broker, snapshot_id=previous)
+
+
+def _records(registry: Registry, broker: str, snapshot_id: str) -> list[TransactionRecord]:
+    """This snapshot's records that concern transactions, from its ``messages`` rows."""
+    messages = arrow_dataset(registry[T.MESSAGES].location,
+                             files_where=f"broker = {sql_text(broker)} AND "
+                                         f"first_snapshot_id = {sql_text(snapshot_id)}")
+    system = ds.field("topic").isin([HALF_TOPIC, OP_HALF_TOPIC, CHECK_MAX_TIME_TOPIC])
+    wanted = ((ds.field("broker") == broker) & (ds.field("first_snapshot_id") == snapshot_id)
+              & (system | (ds.field("transaction_type") == "COMMIT")))
+    table = messages.to_table(columns=list(RECORD_COLUMNS), filter=wanted)
+    table = table.sort_by("physical_offset")
+    return [record for row in table.to_pylist()
+            if (record := _record(row)) is not None]
+
+
+def _record(row: dict) -> TransactionRecord | None:
+    topic = row["topic"]
+    kind = {HALF_TOPIC: HALF, OP_HALF_TOPIC: OP, CHECK_MAX_TIME_TOPIC: DISCARD}.get(
+        topic, COMMIT_COPY)
+    offsets: tuple[int, ...] = ()
+    if kind == OP:
+        if row["tags"] != REMOVE_TAG or row["body"] is None:
+            return None
+        offsets = tuple(decode_op_body(row["body"]).offsets)
+    return TransactionRecord(
+        kind, row["physical_offset"], _ms(row["store_time"]), row["msg_id"],
+        row["queue_id"], row["queue_offset"], topic, _ms(row["born_time"]),
+        dict(row["properties"] or ()), offsets)
+
+
+def _ms(value: datetime | None) -> int:
+    return 0 if value is None else round(value.timestamp() * 1000)
+
+
+def _time(ms: int | None) -> datetime | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def _row(broker: str, snapshot_id: str, t: Transaction) -> Row:
+    return (broker, snapshot_id, t.msg_id, t.transaction_id, t.producer_group, t.topic,
+            t.queue_id, t.state, t.half_offset, t.half_queue_id, list(t.half_queue_offsets),
+            _time(t.born_ms or None), _time(t.half_ms), t.checks, _time(t.last_check_ms),
+            _time(t.decided_ms), t.seconds_to_decision, t.committed_offset,
+            t.committed_queue_offset, t.changed)
+
+
+def _transaction(row: dict) -> Transaction:
+    """A pending row as the fold's starting state."""
+    return Transaction(
+        msg_id=row["msg_id"], transaction_id=row["transaction_id"],
+        producer_group=row["producer_group"], topic=row["topic"], queue_id=row["queue_id"],
+        half_offset=row["half_offset"], half_queue_id=row["half_queue_id"],
+        half_queue_offsets=list(row["half_queue_offsets"]),
+        born_ms=_ms(row["born_time"]), half_ms=_ms(row["half_time"]), checks=row["checks"],
+        last_check_ms=_ms(row["last_check_time"]) if row["last_check_time"] else None)
+
+
+__all__ = ["transaction_rows"]
