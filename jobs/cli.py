@@ -423,14 +423,24 @@ def _sql(args: argparse.Namespace) -> int:
 
 def _trace(args: argparse.Namespace) -> int:
     """The ``message_journey`` saved query, printed as a journey."""
+    from jobs.query import trace
     from jobs.query.output import python_rows
-    from jobs.query.trace import JOURNEY_QUERY, format_journey, journey
 
     def answer(engine) -> int:  # type: ignore[no-untyped-def]
-        # python_rows, not to_pylist(): pyarrow converts zoned timestamps through pandas
-        rows = list(python_rows(engine.saved(JOURNEY_QUERY, {"msg_id": args.msg_id})))
-        print(format_journey(args.msg_id, journey(rows)))
-        return EXIT_OK if rows else EXIT_REFUSED
+        def saved(name: str, msg_id: str) -> list[dict]:
+            # python_rows, not to_pylist(): pyarrow converts zoned timestamps through pandas
+            return list(python_rows(engine.saved(name, {"msg_id": msg_id})))
+
+        rows = saved(trace.JOURNEY_QUERY, args.msg_id)
+        msg_id = rows[0]["msg_id"] if rows else args.msg_id  # an offsetMsgId: its msgId
+        traced = saved(trace.TRACES_QUERY, msg_id)
+        # the journey, or, for a message only traces know of, the traces alone
+        lines = [trace.format_journey(args.msg_id, trace.journey(rows))] \
+            if rows or not traced else [f"message {msg_id}: no stored copy in the tables"]
+        lines += trace.format_traces(traced)
+        lines += trace.format_transaction(saved(trace.TRANSACTION_QUERY, msg_id))
+        print("\n".join(lines))
+        return EXIT_OK if rows or traced else EXIT_REFUSED
 
     return _on_query_engine(args, answer)
 

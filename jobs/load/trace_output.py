@@ -106,6 +106,7 @@ class TraceCollector:
             "context_position": ctx("position"),
             "context_length": ctx("length"),
             "trace_topic": of_record.column("topic"),
+            "trace_born_host": of_record.column("born_host"),
             "store_time": timestamps(store_ms),
             "store_date": dates(store_ms),
             "trace_type": ctx("trace_type"),
