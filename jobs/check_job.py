@@ -81,7 +81,7 @@ def check_snapshot(spark_registry: Callable[[], Registry], warehouse: Path | Loc
     scope = snapshot_scope(registry, broker, snapshot_id)
     checks: CheckEngine = engine_for(engine, scope.commitlog_bytes, local_up_to_mib,
                                      registry, spark_registry)
-    reconciled = reconcile_snapshot(checks, registry, broker, snapshot_id)
+    reconciled = reconcile_snapshot(checks, registry, broker, snapshot_id, rules.transactions)
     statuses = judge_snapshot(registry, broker, snapshot_id, rules.status.settings)
     # One GX project per broker: checks of different brokers run at once, and GX's
     # file-backed project (config, suites, Data Docs index) is not safe to share then.

@@ -34,6 +34,7 @@ from urllib.parse import quote
 
 import yaml
 
+from jobs.check.checks import TransactionRules
 from jobs.check.consumer_status import RANK, STATUSES, StatusSettings
 from jobs.check.replica import ReplicaRules
 
@@ -116,6 +117,7 @@ class AlertRules:
     channels: Channels = field(default_factory=Channels)
     status: StatusRules = field(default_factory=lambda: StatusRules())
     replica: ReplicaRules = field(default_factory=lambda: ReplicaRules())
+    transactions: TransactionRules = field(default_factory=lambda: TransactionRules())
     source: str = "<memory>"
 
     @classmethod
@@ -240,7 +242,7 @@ def _kind(value: Any) -> str:
 
 def _parse_rules(top: _Node) -> AlertRules:
     keys = top.mapping(("version", "lag", "lost_messages", "checks", "expectations",
-                        "report", "channels", "status", "replica"),
+                        "report", "channels", "status", "replica", "transactions"),
                         required=("version", "lag"))
     if type(keys["version"].value) is not int or keys["version"].value != 1:
         keys["version"].fail(f"unsupported version {keys['version'].value!r} (expected 1)")
@@ -257,6 +259,8 @@ def _parse_rules(top: _Node) -> AlertRules:
         channels=_parse_channels(keys["channels"]) if "channels" in keys else Channels(),
         status=_parse_status(keys["status"]) if "status" in keys else StatusRules(),
         replica=_parse_replica(keys["replica"]) if "replica" in keys else ReplicaRules(),
+        transactions=_parse_transactions(keys["transactions"]) if "transactions" in keys
+        else TransactionRules(),
         source=top.file,
     )
 
@@ -310,6 +314,20 @@ def _parse_replica(node: _Node) -> ReplicaRules:
         offsets_sync_seconds=float(number("offsets_sync_seconds", default.offsets_sync_seconds,
                                           False)),
         severity=severity)
+
+
+def _parse_transactions(node: _Node) -> TransactionRules:
+    keys = node.mapping(("max_pending_minutes", "severity"))
+    default = TransactionRules()
+    severity = keys["severity"].text() if "severity" in keys else default.severity
+    if severity not in SEVERITY_RANK:
+        keys["severity"].fail(f"{severity!r}: choose one of {', '.join(SEVERITY_RANK)}")
+    minutes = default.max_pending_minutes
+    if "max_pending_minutes" in keys:
+        minutes = float(keys["max_pending_minutes"].number(integer=False))
+        if minutes < 0:
+            keys["max_pending_minutes"].fail("must be >= 0")
+    return TransactionRules(max_pending_minutes=minutes, severity=severity)
 
 
 def _parse_lag(node: _Node) -> tuple[tuple[LagRule, ...], frozenset[str]]:

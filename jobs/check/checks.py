@@ -49,6 +49,15 @@ TIME_TEXT = "date_format({t}, 'yyyy-MM-dd HH:mm:ss')"
 
 
 @dataclass(frozen=True)
+class TransactionRules:
+    """``transactions`` in config/alerts.yaml: how long a transaction may stay pending
+    before transaction_pending_too_long reports it, and at which severity."""
+
+    max_pending_minutes: float = 10.0
+    severity: str = "warning"
+
+
+@dataclass(frozen=True)
 class Check:
     """A named check: its SQL (formatted with the scope), the spec rule behind it and the
     one-line explanation an operator reads."""
@@ -76,6 +85,9 @@ class Check:
             min_delivery=TIME_TEXT.format(t="min(f.delivery_time)"),
             max_delivery=TIME_TEXT.format(t="max(f.delivery_time)"),
             abort="true" if scope.abort_present else "false",
+            max_pending_s=scope.max_pending_transaction_seconds,
+            oldest_half=TIME_TEXT.format(t="min(f.half_time)"),
+            pending_severity=scope.pending_transaction_severity,
             config_v2="true" if scope.config_v2 else "false",
             taken_at=(f"TIMESTAMP '{scope.taken_at.isoformat(sep=' ')}'" if scope.taken_at
                       else "current_timestamp()"))
@@ -226,6 +238,40 @@ CHECKS: tuple[Check, ...] = (
         (
           "timer messages the broker would deliver from a record that is not there: the "
           "commitlog lost it or the timer files belong to another store"
+        )),
+    Check("transaction_pending_too_long", "docs/traces-and-transactions.md", """
+        SELECT '{name}' AS check_name, '{pending_severity}' AS severity,
+               concat('producer_group=', coalesce(f.producer_group, '?')) AS scope,
+               {no_scope}, count(*) AS affected,
+               'no transaction pending longer than {max_pending_s} s' AS expected,
+               concat(count(*), ' transaction(s) pending, the oldest since ',
+                      {oldest_half}, ' UTC after ',
+                      max(f.checks), ' check(s)') AS observed,
+               slice(array_sort(collect_list(f.half_offset)), 1, 5) AS sample_offsets,
+               {explanation} AS explanation
+        FROM rc_transactions f
+        WHERE f.state = 'pending' AND f.half_time < {taken_at} - INTERVAL {max_pending_s} SECONDS
+        GROUP BY f.producer_group""",
+        (
+          "half messages neither committed nor rolled back: the producer's local transactions "
+          "hang or its checker does not answer (commitlog offsets of the half messages; "
+          "msgIds: python -m jobs sql --saved undecided_transactions)"
+        )),
+    Check("transaction_discarded", "docs/traces-and-transactions.md", """
+        SELECT '{name}' AS check_name, 'error' AS severity,
+               concat('producer_group=', coalesce(f.producer_group, '?')) AS scope,
+               {no_scope}, count(*) AS affected,
+               'every transaction is committed or rolled back' AS expected,
+               concat(count(*), ' transaction(s) discarded after ', max(f.checks),
+                      ' check(s) without an answer') AS observed,
+               slice(array_sort(collect_list(f.half_offset)), 1, 5) AS sample_offsets,
+               {explanation} AS explanation
+        FROM rc_transactions f WHERE f.state = 'discarded' AND f.changed
+        GROUP BY f.producer_group""",
+        (
+          "the broker gave up checking these transactions (transactionCheckMax) and moved "
+          "them to TRANS_CHECK_MAX_TIME_TOPIC: their messages were never delivered, whatever "
+          "the producer's local transaction did (commitlog offsets of the half messages)"
         )),
     Check("schedule_delivery_time", "§4.3, §8.9", """
         SELECT '{name}' AS check_name, 'warning' AS severity, {queue_scope} AS scope,

@@ -11,12 +11,18 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 import pyarrow as pa
 
-from jobs.check.checks import CHECKS, DERIVED_VIEWS, FINDING_COLUMNS, sql_fragments
+from jobs.check.checks import (
+    CHECKS,
+    DERIVED_VIEWS,
+    FINDING_COLUMNS,
+    TransactionRules,
+    sql_fragments,
+)
 from jobs.check.engines import CheckEngine
 from jobs.check.lag import consumer_lag_sql
 from jobs.check.views import SnapshotScope, create_views, snapshot_scope
@@ -48,10 +54,15 @@ def findings_sql(scope: SnapshotScope) -> str:
 
 
 def reconcile_snapshot(engine: CheckEngine, registry: Registry, broker: str,
-                       snapshot_id: str) -> ReconcileSummary:
-    """Check ``snapshot_id`` of ``broker`` in ``engine`` and write its findings and lag."""
+                       snapshot_id: str, transactions: TransactionRules | None = None
+                       ) -> ReconcileSummary:
+    """Check ``snapshot_id`` of ``broker`` in ``engine`` and write its findings and lag
+    (``transactions``: the thresholds of the transaction checks)."""
     clock = time.monotonic()
-    scope = snapshot_scope(registry, broker, snapshot_id)
+    transactions = transactions or TransactionRules()
+    scope = replace(snapshot_scope(registry, broker, snapshot_id),
+                    max_pending_transaction_seconds=round(transactions.max_pending_minutes * 60),
+                    pending_transaction_severity=transactions.severity)
     create_views(engine, scope)
     engine.create_view("rc_lag", consumer_lag_sql(scope), cached=True)  # used twice
     fragments = sql_fragments(engine.java_hash)

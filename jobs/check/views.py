@@ -60,6 +60,10 @@ class SnapshotScope:
     # (see bounds_start).
     bounds_start: str | None = None
     bounds_start_commitlog_min: int = 0
+    # config/alerts.yaml transactions: a transaction pending longer than this at the
+    # snapshot is a transaction_pending_too_long finding of this severity.
+    max_pending_transaction_seconds: int = 600
+    pending_transaction_severity: str = "warning"
 
     @property
     def commitlog_bytes(self) -> int:
@@ -236,14 +240,14 @@ def _older_units_sql(engine: CheckEngine, scope: SnapshotScope, loaded_units: st
 # The tables the views read, each as ``rc_all_<table>``.
 SOURCES = (T.MESSAGES, T.QUEUE_ENTRIES, T.INDEX_ENTRIES, T.TOPICS, T.SUBSCRIPTION_GROUPS,
            T.CONSUMER_OFFSETS, T.DELAY_OFFSETS, T.PENDING_TIMERS, T.COMPACTED_ENTRIES,
-           T.BROKER_EPOCHS, T.POP_IN_FLIGHT, T.QUARANTINE, T.RETENTION_GAPS,
+           T.BROKER_EPOCHS, T.POP_IN_FLIGHT, T.TRANSACTIONS, T.QUARANTINE, T.RETENTION_GAPS,
            T.HISTORY_REWRITES, T.SUPERSEDED_MESSAGES)
 
 
 # The state tables the views read only the snapshot's rows of.
 OF_THE_SNAPSHOT = (T.TOPICS, T.SUBSCRIPTION_GROUPS, T.CONSUMER_OFFSETS, T.DELAY_OFFSETS,
-                   T.PENDING_TIMERS, T.COMPACTED_ENTRIES, T.POP_IN_FLIGHT, T.QUARANTINE,
-                   T.RETENTION_GAPS)
+                   T.PENDING_TIMERS, T.COMPACTED_ENTRIES, T.POP_IN_FLIGHT, T.TRANSACTIONS,
+                   T.QUARANTINE, T.RETENTION_GAPS)
 
 
 def source_files(scope: SnapshotScope) -> dict[str, str]:
@@ -317,6 +321,8 @@ def create_views(engine: CheckEngine, scope: SnapshotScope) -> None:
             WHERE broker = {b} AND snapshot_id IN ({visible}) AND snapshot_id <> {s}""",
         "rc_pop": f"""
             SELECT * FROM rc_all_pop_in_flight WHERE broker = {b} AND snapshot_id = {s}""",
+        "rc_transactions": f"""
+            SELECT * FROM rc_all_transactions WHERE broker = {b} AND snapshot_id = {s}""",
         "rc_quarantine": f"""
             SELECT * FROM rc_all_quarantine WHERE broker = {b} AND snapshot_id = {s}""",
         "rc_gaps": f"""
