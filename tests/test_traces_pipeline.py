@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from lakehouse import TEST_OPTIONS, delta_rows, reconcile_on_both_engines
+from test_query_engines import TRACE_QUERIES, canonical
 from test_traces_store import TX_TOPIC, Copy, Truth, _copy, _truth
 
 from jobs.check.checks import TransactionRules
@@ -32,7 +33,9 @@ from jobs.lakehouse.spark_session import SparkOnDemand
 from jobs.lakehouse.tables import Registry
 from jobs.load.job import LoadOptions, load_snapshot
 from jobs.query.engine import open_engine
+from jobs.query.local_engine import LocalEngine
 from jobs.query.output import python_rows
+from jobs.query.spark_engine import SparkEngine
 from rmqlib.traces import PUB, SUB_AFTER, SUB_BEFORE, decode_trace_body
 from rmqlib.transactions import HALF_TOPIC, OP_HALF_TOPIC, decode_op_body
 
@@ -124,6 +127,7 @@ def test_every_trace_context_is_a_row_field_by_field(loaded: Registry, final: Co
                 column = COLUMN_OF.get(name, name)
                 got = ms(row[column]) if name == "timestamp_ms" else row[column]
                 assert got == value, (record.physical_offset, context.position, name)
+            assert row["trace_epoch_ms"] == context.timestamp_ms
             assert row["trace_topic"] == record.topic == "RMQ_SYS_TRACE_TOPIC"
             assert ms(row["store_time"]) == record.store_timestamp
             assert row["file_position"] == record.position
@@ -318,6 +322,43 @@ def test_jobs_trace_shows_the_send_the_consumptions_and_the_transaction(
     assert "consumed by G_TRACE_TX on 127.0.0.1 (retry 0)" in out
     assert "at s1: pending (0 checks)" in out
     assert "at final: committed after" in out and "(1 check)" in out
+
+
+@pytest.mark.spark
+def test_the_trace_and_transaction_queries_agree_on_both_engines(
+        loaded: Registry, traces_store: Path, truth: Truth, spark,  # type: ignore[no-untyped-def]
+        tmp_path: Path) -> None:
+    """Each saved query over traces and transactions answers with rows, the same on DataFusion
+    and on Spark: undecided_transactions over a warehouse holding s1 only (at final every
+    transaction is decided), the others over both nights."""
+    only_s1 = Registry(None, tmp_path / "s1")
+    load_snapshot(SparkOnDemand(_no_spark), BROKER, "s1",
+                  traces_store / "snapshots" / "s1" / "store",
+                  LoadOptions(engine="local", taken_at=_taken_at(truth, "s1")), registry=only_s1)
+    checked = next(s for s in truth.acked() if s["txPlan"] == "unknown-commit")["msgId"]
+    since = {"since": "2000-01-01"}
+    cases = {"consume_latency": (loaded, since), "slowest_consumptions": (loaded, since),
+             "failed_consumptions": (loaded, since), "undecided_transactions": (only_s1, None),
+             "message_trace_contexts": (loaded, {"msg_id": checked}),
+             "transaction_history": (loaded, {"msg_id": checked})}
+    assert set(cases) == TRACE_QUERIES
+    answers = {}
+    for name, (registry, params) in cases.items():
+        warehouse = Path(registry.warehouse)
+        local = LocalEngine(warehouse).saved(name, params)
+        assert local.num_rows > 0, name
+        assert canonical(local) == canonical(SparkEngine(spark, warehouse).saved(name, params))
+        answers[name] = list(python_rows(local))
+    failed = [c for c in truth.consumed if c["traceExpected"] and not c["success"]]
+    assert Counter((r["group_name"], r["msg_id"], r["retry_times"])
+                   for r in answers["failed_consumptions"]) == Counter(
+        (c["group"], c["msgId"], c["reconsumeTimes"]) for c in failed)
+    costs = [r["cost_ms"] for r in answers["slowest_consumptions"]]
+    assert costs == sorted(costs, reverse=True)
+    pending = {r["msg_id"] for r in rows_of(only_s1, T.TRANSACTIONS, snapshot_id="s1")
+               if r["state"] == "pending"}
+    assert {r["msg_id"] for r in answers["undecided_transactions"]} == pending
+    assert [r["state"] for r in answers["transaction_history"]] == ["pending", "committed"]
 
 
 # --------------------------------------------------------------------------- invariance

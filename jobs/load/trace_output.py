@@ -111,6 +111,7 @@ class TraceCollector:
             "store_date": dates(store_ms),
             "trace_type": ctx("trace_type"),
             "trace_time": timestamps(ctx("timestamp_ms")),
+            "trace_epoch_ms": ctx("timestamp_ms"),
             "group_name": ctx("group"),
             **{name: ctx(name) for name in (
                 "region_id", "request_id", "topic", "msg_id", "tags", "keys", "store_host",

@@ -10,12 +10,12 @@ WITH traces AS (
   SELECT * FROM rmq.message_traces WHERE store_date >= CAST(:since AS DATE)
 ),
 sends AS (
-  SELECT msg_id, min(trace_time) AS sent_at
+  SELECT msg_id, min(trace_epoch_ms) AS sent_ms
   FROM traces WHERE trace_type = 'Pub' AND success GROUP BY msg_id
 ),
 consumptions AS (  -- a SubAfter, its group from its SubBefore when it names none
   SELECT coalesce(a.group_name, b.group_name) AS group_name, a.msg_id,
-         a.trace_time AS ended_at, a.success
+         a.trace_time AS ended_at, a.trace_epoch_ms AS ended_ms, a.success
   FROM traces a
   LEFT JOIN traces b
     ON b.trace_type = 'SubBefore' AND b.request_id = a.request_id AND b.msg_id = a.msg_id
@@ -23,8 +23,7 @@ consumptions AS (  -- a SubAfter, its group from its SubBefore when it names non
 ),
 latencies AS (
   SELECT c.group_name, date_trunc('HOUR', c.ended_at) AS hour, c.success,
-         CAST(round((extract(EPOCH FROM c.ended_at) - extract(EPOCH FROM s.sent_at)) * 1000)
-              AS BIGINT) AS latency_ms
+         c.ended_ms - s.sent_ms AS latency_ms
   FROM consumptions c JOIN sends s ON s.msg_id = c.msg_id
 )
 SELECT group_name, hour, count(*) AS consumptions,

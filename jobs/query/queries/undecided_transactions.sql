@@ -1,7 +1,7 @@
 -- Transactional messages still undecided at each broker's latest loaded snapshot: neither
 -- committed nor rolled back nor discarded, with the producer group the broker checks back,
--- how many checks it has made and how long the message has waited (from the half message's
--- store time to the snapshot's). Longest waiting first.
+-- how many checks it has made, and when its half message was stored and the snapshot taken
+-- (the wait between them is what transaction_pending_too_long measures). Longest waiting first.
 -- params: (none)
 -- narrow: transactions by latest
 WITH loaded AS (
@@ -14,9 +14,7 @@ latest AS (
     ON m.broker = l.broker AND m.snapshot_seq = l.snapshot_seq
 )
 SELECT t.broker, t.snapshot_id, t.producer_group, t.topic, t.msg_id, t.transaction_id,
-       t.half_time, t.checks, t.last_check_time,
-       round(extract(EPOCH FROM s.taken_at) - extract(EPOCH FROM t.half_time), 3)
-         AS waiting_seconds
+       t.half_time, s.taken_at AS snapshot_taken_at, t.checks, t.last_check_time
 FROM rmq.transactions t
 JOIN latest l USING (broker, snapshot_id)
 JOIN loaded s USING (broker, snapshot_id)
