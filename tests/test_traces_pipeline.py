@@ -414,3 +414,40 @@ def test_a_damaged_trace_context_is_quarantined_and_every_body_byte_accounted(
     assert f"body bytes [{victim.position}, {victim.position + victim.length})" in \
         quarantined["reason"]
     assert sum(r["context_length"] for r in rows) + quarantined["length"] == len(body)
+
+
+def test_the_nightly_page_shows_latency_per_group_and_the_transactions(
+        loaded: Registry, tmp_path: Path) -> None:
+    """The final snapshot's page: per group, the percentiles of its traced consumptions new
+    in that snapshot (computed here from the table's rows), and one line per transaction
+    row of the snapshot."""
+    import re
+
+    from jobs.report.pages import write_report
+
+    rows = rows_of(loaded, T.MESSAGE_TRACES, broker=BROKER)
+    sent = {r["msg_id"]: r["trace_epoch_ms"] for r in rows
+            if r["trace_type"] == PUB and r["success"]}
+    starts = {(r["request_id"], r["msg_id"]): r for r in rows if r["trace_type"] == SUB_BEFORE}
+    latencies: dict[str, list[int]] = {}
+    failed: Counter[str] = Counter()
+    for r in rows:
+        if r["trace_type"] == SUB_AFTER and r["first_snapshot_id"] == "final" \
+                and r["msg_id"] in sent:
+            group = r["group_name"] or starts[(r["request_id"], r["msg_id"])]["group_name"]
+            latencies.setdefault(group, []).append(r["trace_epoch_ms"] - sent[r["msg_id"]])
+            failed[group] += not r["success"]
+    page = write_report(loaded, BROKER, "final", tmp_path).read_text()
+    table = re.search(r'<table id="latency-table">(.*?)</table>', page, re.S).group(1)
+    shown = [re.findall(r"<td>([^<]*)</td>", row)
+             for row in re.findall(r"<tr class.*?</tr>", table)]
+    assert shown == [
+        [group, str(len(values)), str(failed[group]),
+         *(f"{float(np.percentile(values, q, method='linear')):,.1f}" for q in (50, 95, 99)),
+         f"{max(values):,}"] for group, values in sorted(latencies.items())]
+    assert len(shown) == 4
+    states = Counter(r["state"] for r in rows_of(loaded, T.TRANSACTIONS, broker=BROKER,
+                                                 snapshot_id="final"))
+    assert page.count('<tr class="transaction-') == sum(states.values()) == 16
+    assert f"{states['discarded']} discarded, {states['rolled_back']} rolled back, " \
+           f"{states['committed']} committed" in page

@@ -3,8 +3,9 @@
 An operator opens ``<out_dir>/<broker>/<snapshot_id>.html`` instead of querying tables:
 the findings of the checks by severity, each consumer group's status over the snapshots
 (a timeline coloured by status) with its lag and catch-up estimate now, consumer lag per
-group over the snapshots and per queue now, and the messages per topic per hour that
-arrived with the snapshot. The page
+group over the snapshots and per queue now, the messages per topic per hour that
+arrived with the snapshot, and traced consume latency per group with the snapshot's
+transactions (jobs.report.traces_section). The page
 is self-contained (plotly.js inlined once, no other file, no network) because neither
 the machine that writes it nor the operator's browser may reach the internet.
 
@@ -41,6 +42,8 @@ from jobs.lakehouse.tables import (
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
+
+    from jobs.report.traces_section import TracesData
 
 INDEX_PAGE = "index.html"
 # Statuses whose lag_messages count what the group still has to consume.
@@ -167,6 +170,7 @@ class ReportData:
     severity_counts: dict[str, int]
     findings: list[Finding]
     findings_truncated: bool
+    traces: TracesData
 
 
 # ------------------------------------------------------------------------- public API
@@ -249,6 +253,8 @@ def collect_report_data(tables: DuckDbEngine, broker: str, snapshot: SnapshotInf
                         window: list[str]) -> ReportData:
     """Run the page's aggregations; each returns at most a few thousand rows; the history
     charts show the snapshots of ``window`` (:func:`chart_window`)."""
+    from jobs.report.traces_section import collect_traces  # it builds on this module
+
     this = f"broker = {sql_string(broker)} AND snapshot_id = {sql_string(snapshot.snapshot_id)}"
     queues, queues_truncated = _queue_lag(tables, this)
     finding_rows, findings_truncated = _findings(tables, this)
@@ -260,7 +266,8 @@ def collect_report_data(tables: DuckDbEngine, broker: str, snapshot: SnapshotInf
         groups=_group_lag(tables, this), queues=queues, queues_truncated=queues_truncated,
         volume=_volume(tables, broker, snapshot.snapshot_id),
         severity_counts=_severity_counts(tables, this),
-        findings=finding_rows, findings_truncated=findings_truncated)
+        findings=finding_rows, findings_truncated=findings_truncated,
+        traces=collect_traces(tables, broker, snapshot.snapshot_id, window))
 
 
 def _non_negative(column: str) -> str:
@@ -627,6 +634,8 @@ def _truncation_note(truncated: bool, what: str) -> Html:
 
 def render_page(data: ReportData, data_docs_href: str | None = None) -> str:
     """The whole snapshot page as one HTML document."""
+    from jobs.report.traces_section import traces_section  # it builds on this module
+
     snap = data.snapshot
     links = [f'<a id="link-index" href="{INDEX_PAGE}">all snapshots</a>']
     if data_docs_href:
@@ -639,7 +648,7 @@ def render_page(data: ReportData, data_docs_href: str | None = None) -> str:
     body = (f'<header><h1>{html.escape(title)}</h1><p class="meta">{meta}</p>'
             f'<nav>{" · ".join(links)}</nav></header>'
             f"{_findings_section(data)}{_status_section(data)}{_lag_section(data)}"
-            f"{_volume_section(data)}")
+            f"{_volume_section(data)}{traces_section(data.traces)}")
     return _document(title, body, with_plotly=True)
 
 
