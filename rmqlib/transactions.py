@@ -34,6 +34,12 @@ from rmqlib.common.accounting import FileAccount
 
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+# 5.5.x with transRocksDBEnable and transWriteOriginTransHalfEnable=false: half messages go
+# here instead, their state to rocksdbstore/ (rmqlib.rocksdb.state_store), and an op names
+# its half by commitlog offset (TRANS_OFFSET property; the body is one 0x00 byte).
+ROCKSDB_HALF_TOPIC = "RMQ_SYS_ROCKSDB_TRANS_HALF_TOPIC"
+ROCKSDB_OP_HALF_TOPIC = "RMQ_SYS_ROCKSDB_TRANS_OP_HALF_TOPIC"
+TRANS_OFFSET = "TRANS_OFFSET"
 CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 REMOVE_TAG = "d"
 OFFSET_SEPARATOR = b","
@@ -113,7 +119,8 @@ class TransactionRecord:
     topic: str = ""
     born_ms: int = 0
     properties: dict[str, str] = field(default_factory=dict)
-    op_offsets: tuple[int, ...] = ()
+    op_offsets: tuple[int, ...] = ()  # half queue offsets an op marks done
+    op_half_offsets: tuple[int, ...] = ()  # half commitlog offsets (RocksDB mode's TRANS_OFFSET)
 
 
 @dataclass
@@ -174,6 +181,7 @@ def fold_transactions(carried: list[Transaction], records: list[TransactionRecor
     for t in carried:
         t.changed = False
     by_copy = {(t.half_queue_id, offset): t for t in carried for offset in t.half_queue_offsets}
+    by_half = {t.half_offset: t for t in carried}
     for record in sorted(records, key=lambda r: r.physical_offset):
         if record.kind == HALF and record.msg_id:
             t = by_id.get(record.msg_id)
@@ -181,9 +189,11 @@ def fold_transactions(carried: list[Transaction], records: list[TransactionRecor
                 t = by_id[record.msg_id] = _opened(record)
             _add_copy(t, record)
             by_copy[(record.queue_id, record.queue_offset)] = t
+            by_half.setdefault(t.half_offset, t)
         elif record.kind == OP:
-            for offset in record.op_offsets:
-                t = by_copy.get((record.queue_id, offset))
+            named = [by_copy.get((record.queue_id, offset)) for offset in record.op_offsets]
+            named += [by_half.get(offset) for offset in record.op_half_offsets]
+            for t in named:
                 if t is not None:
                     t.decide(ROLLED_BACK, record.store_ms)
                     t.changed = True
@@ -192,9 +202,28 @@ def fold_transactions(carried: list[Transaction], records: list[TransactionRecor
             if record.kind == COMMIT_COPY and t.state == PENDING:
                 t.committed_offset, t.committed_queue_offset = (record.physical_offset,
                                                                 record.queue_offset)
+                _count_checks(t, record)  # the copy carries the checks (RocksDB mode: only it)
             t.decide(COMMITTED if record.kind == COMMIT_COPY else DISCARDED, record.store_ms)
             t.changed = True
     return list(by_id.values())
+
+
+def settle_with_state_store(transactions: list[Transaction], undecided: dict[int, int],
+                            indexed_to: int | None, at_ms: int) -> None:
+    """RocksDB mode (``rocksdbstore/``'s ``trans`` family, ``undecided``: half offset ->
+    check times): a pending transaction the family still holds has its check count from
+    there; one whose half it indexed (at or below ``indexed_to``) but no longer holds, with
+    no op and no committed copy, was dropped by the check loop after its last check:
+    discarded, found at ``at_ms`` (the broker records no time for it)."""
+    for t in transactions:
+        if t.state != PENDING:
+            continue
+        if t.half_offset in undecided:
+            if undecided[t.half_offset] != t.checks:
+                t.checks, t.changed = undecided[t.half_offset], True
+        elif indexed_to is not None and t.half_offset <= indexed_to:
+            t.decide(DISCARDED, at_ms)
+            t.changed = True
 
 
 def _opened(record: TransactionRecord) -> Transaction:
@@ -211,7 +240,14 @@ def _opened(record: TransactionRecord) -> Transaction:
 def _add_copy(t: Transaction, record: TransactionRecord) -> None:
     t.half_queue_offsets.append(record.queue_offset)
     t.changed = True
-    times = record.properties.get(TRANSACTION_CHECK_TIMES)
-    if times is not None and times.isdigit():
-        t.checks = max(t.checks, int(times))
+    if _count_checks(t, record):
         t.last_check_ms = record.store_ms
+
+
+def _count_checks(t: Transaction, record: TransactionRecord) -> bool:
+    """Take the record's TRANSACTION_CHECK_TIMES; whether it had one."""
+    times = record.properties.get(TRANSACTION_CHECK_TIMES)
+    if times is None or not times.isdigit():
+        return False
+    t.checks = max(t.checks, int(times))
+    return True

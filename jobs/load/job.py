@@ -93,6 +93,7 @@ from jobs.snapshot.bucket import SnapshotObjects
 from rmqlib.config import load_config_dir
 from rmqlib.errors import StoreError
 from rmqlib.queues.consumequeue import CQ_UNIT_SIZE
+from rmqlib.rocksdb.state_store import read_state_store
 from rmqlib.store.inventory import take_inventory
 from rmqlib.store.replica import write_offset
 
@@ -569,8 +570,10 @@ class SnapshotLoad:
             if not self.options.replica:
                 self.write_lookup()
                 pending += self.start_writes(pool, self.append_small(
-                    T.TRANSACTIONS, transaction_rows(self.registry, self.broker,
-                                                     self.snapshot_id, self.seq)))
+                    T.TRANSACTIONS, transaction_rows(
+                        self.registry, self.broker, self.snapshot_id, self.seq,
+                        read_state_store(self.store),
+                        self.options.taken_at or state_rows.newest_mtime(self.inventory))))
             quarantine = self.quarantine_rows(plan)
             self.summary.quarantined_bytes = sum(int(row[4]) for row in quarantine)
             self.summary.retention_gap_bytes = sum(

@@ -25,6 +25,7 @@ import pyarrow.dataset as ds
 from jobs.lakehouse import tables as T
 from jobs.lakehouse.driver_rows import arrow_dataset, sql_text
 from jobs.lakehouse.tables import Registry
+from rmqlib.rocksdb.state_store import StateStore
 from rmqlib.transactions import (
     CHECK_MAX_TIME_TOPIC,
     COMMIT_COPY,
@@ -35,26 +36,39 @@ from rmqlib.transactions import (
     OP_HALF_TOPIC,
     PENDING,
     REMOVE_TAG,
+    ROCKSDB_HALF_TOPIC,
+    ROCKSDB_OP_HALF_TOPIC,
+    TRANS_OFFSET,
     Transaction,
     TransactionRecord,
     decode_op_body,
     fold_transactions,
+    settle_with_state_store,
 )
 
 LOADED = "loaded"
+#: What a record of each transaction system topic is (any other: a committed copy).
+KINDS = {HALF_TOPIC: HALF, ROCKSDB_HALF_TOPIC: HALF, OP_HALF_TOPIC: OP,
+         ROCKSDB_OP_HALF_TOPIC: OP, CHECK_MAX_TIME_TOPIC: DISCARD}
 RECORD_COLUMNS = ("physical_offset", "topic", "queue_id", "queue_offset", "store_time",
                   "born_time", "msg_id", "tags", "properties", "body", "transaction_type")
 Row = tuple[object, ...]
 
 
-def transaction_rows(registry: Registry, broker: str, snapshot_id: str, seq: int) -> list[Row]:
-    """The ``transactions`` rows of snapshot ``snapshot_id`` (sequence ``seq``)."""
+def transaction_rows(registry: Registry, broker: str, snapshot_id: str, seq: int,
+                     state: StateStore | None, taken_at: datetime | None) -> list[Row]:
+    """The ``transactions`` rows of snapshot ``snapshot_id`` (sequence ``seq``); ``state``:
+    the store's rocksdbstore/ (RocksDB mode: check counts and dropped transactions),
+    ``taken_at``: when the snapshot was taken (when a drop was found)."""
     carried = [_transaction(row) for row in _previous_rows(registry, broker, seq)
                if row["state"] == PENDING]
     records = _records(registry, broker, snapshot_id)
     if not carried and not records:
         return []
     folded = fold_transactions(carried, records)
+    if state is not None and (state.undecided or state.trans_indexed_to is not None):
+        settle_with_state_store(folded, {h.half_offset: h.check_times for h in state.undecided},
+                                state.trans_indexed_to, _ms(taken_at))
     return [_row(broker, snapshot_id, t) for t in sorted(folded, key=lambda t: t.half_offset)]
 
 
@@ -73,7 +87,7 @@ def _records(registry: Registry, broker: str, snapshot_id: str) -> list[Transact
     messages = arrow_dataset(registry[T.MESSAGES].location,
                              files_where=f"broker = {sql_text(broker)} AND "
                                          f"first_snapshot_id = {sql_text(snapshot_id)}")
-    system = ds.field("topic").isin([HALF_TOPIC, OP_HALF_TOPIC, CHECK_MAX_TIME_TOPIC])
+    system = ds.field("topic").isin(list(KINDS))
     wanted = ((ds.field("broker") == broker) & (ds.field("first_snapshot_id") == snapshot_id)
               & (system | (ds.field("transaction_type") == "COMMIT")))
     table = messages.to_table(columns=list(RECORD_COLUMNS), filter=wanted)
@@ -84,17 +98,22 @@ def _records(registry: Registry, broker: str, snapshot_id: str) -> list[Transact
 
 def _record(row: dict) -> TransactionRecord | None:
     topic = row["topic"]
-    kind = {HALF_TOPIC: HALF, OP_HALF_TOPIC: OP, CHECK_MAX_TIME_TOPIC: DISCARD}.get(
-        topic, COMMIT_COPY)
+    kind = KINDS.get(topic, COMMIT_COPY)
+    properties = dict(row["properties"] or ())
     offsets: tuple[int, ...] = ()
+    half_offsets: tuple[int, ...] = ()
     if kind == OP:
-        if row["tags"] != REMOVE_TAG or row["body"] is None:
+        if row["tags"] != REMOVE_TAG:
             return None
-        offsets = tuple(decode_op_body(row["body"]).offsets)
+        if topic == ROCKSDB_OP_HALF_TOPIC:  # the half by commitlog offset, in a property
+            named = properties.get(TRANS_OFFSET, "")
+            half_offsets = (int(named),) if named.isdigit() else ()
+        elif row["body"] is not None:
+            offsets = tuple(decode_op_body(row["body"]).offsets)
     return TransactionRecord(
         kind, row["physical_offset"], _ms(row["store_time"]), row["msg_id"],
-        row["queue_id"], row["queue_offset"], topic, _ms(row["born_time"]),
-        dict(row["properties"] or ()), offsets)
+        row["queue_id"], row["queue_offset"], topic, _ms(row["born_time"]), properties,
+        offsets, half_offsets)
 
 
 def _ms(value: datetime | None) -> int:
