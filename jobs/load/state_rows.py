@@ -28,6 +28,7 @@ from rmqlib.controller import (
 )
 from rmqlib.errors import StoreError
 from rmqlib.markers import read_abort
+from rmqlib.rocksdb.state_store import StateStore
 from rmqlib.store.inventory import Inventory
 
 Row = tuple[object, ...]
@@ -115,8 +116,12 @@ def pending_timer_rows(broker: str, snapshot_id: str, store: Path,
     whose tick is not read yet, then wheel-topic records not enqueued yet. A store without
     timer files has none. Bad timer bytes are the verify's business (quarantine does not
     cover them); what cannot be read yields no rows rather than guessed ones."""
+    from rmqlib.rocksdb.state_store import read_state_store
     from rmqlib.timers.timer_store import read_timer_store
 
+    state = read_state_store(store)
+    if state is not None and state.timer_scan_offset is not None:
+        return _timeline_rows(broker, snapshot_id, store, state)
     if not (store / "timerlog").is_dir():
         return []
     timers = read_timer_store(store)
@@ -133,6 +138,24 @@ def pending_timer_rows(broker: str, snapshot_id: str, store: Path,
         rows.setdefault(record.commitlog_offset, (
             broker, snapshot_id, record.commitlog_offset, "unenqueued", record.size, None,
             None, False, False, None, None))
+    return [rows[offset] for offset in sorted(rows)]
+
+
+def _timeline_rows(broker: str, snapshot_id: str, store: Path, state: StateStore) -> list[Row]:
+    """5.5.x ``timerRocksDBEnable``: the timer log is no longer written; the RocksDB
+    timeline (rmqlib.rocksdb.state_store) holds the timer messages not delivered yet, and
+    the wheel topic's units past its scan checkpoint are not on the timeline yet."""
+    from rmqlib.timers.timer_store import timer_queue_units
+
+    rows: dict[int, Row] = {}
+    for entry in state.pending_timers():
+        rows[entry.commitlog_offset] = (
+            broker, snapshot_id, entry.commitlog_offset, "pending", entry.size,
+            utc(entry.delivery_ms), None, False, False, None, None)
+    for unit in timer_queue_units(store, state.timer_scan_offset or 0):
+        rows.setdefault(unit.commitlog_offset, (
+            broker, snapshot_id, unit.commitlog_offset, "unenqueued", unit.size, None, None,
+            False, False, None, None))
     return [rows[offset] for offset in sorted(rows)]
 
 

@@ -246,13 +246,18 @@ def unenqueued_timer_records(store: str | Path, checkpoint: TimerCheckpoint,
                              ) -> list[UnenqueuedTimer]:
     """Units of the ``rmq_sys_wheel_timer`` consume queue from :func:`requeue_start` on:
     records the broker will (re-)enqueue, and so deliver, when it starts again."""
+    return timer_queue_units(store, requeue_start(store, checkpoint, decodes))
+
+
+def timer_queue_units(store: str | Path, first: int) -> list[UnenqueuedTimer]:
+    """Units of the ``rmq_sys_wheel_timer`` consume queue at queue offset ``first`` or later
+    (fillers left out)."""
     from rmqlib.common.segments import list_segments
     from rmqlib.queues.consumequeue import decode_cq_file
 
     queue_dir = Path(store) / "consumequeue" / TIMER_TOPIC / "0"
     if not queue_dir.is_dir():
         return []
-    first = requeue_start(store, checkpoint, decodes)
     found = []
     for seg in list_segments(queue_dir):
         decode = decode_cq_file(seg.path, topic=TIMER_TOPIC, queue_id=0)
