@@ -93,7 +93,6 @@ from jobs.snapshot.bucket import SnapshotObjects
 from rmqlib.config import load_config_dir
 from rmqlib.errors import StoreError
 from rmqlib.queues.consumequeue import CQ_UNIT_SIZE
-from rmqlib.rocksdb.state_store import read_state_store
 from rmqlib.store.inventory import take_inventory
 from rmqlib.store.replica import write_offset
 
@@ -412,7 +411,8 @@ class SnapshotLoad:
             T.SUBSCRIPTION_GROUPS: state_rows.subscription_group_rows,
             T.CONSUMER_OFFSETS: state_rows.consumer_offset_rows,
             T.DELAY_OFFSETS: state_rows.delay_offset_rows,
-            T.PENDING_TIMERS: state_rows.pending_timer_rows,
+            T.PENDING_TIMERS: lambda broker, snapshot_id, store, _config: (
+                state_rows.pending_timer_rows(broker, snapshot_id, store, self.state_store)),
             T.COMPACTED_ENTRIES: lambda broker, snapshot_id, store, _config: (
                 state_rows.compacted_entry_rows(broker, snapshot_id, store, self.compaction)),
             T.BROKER_EPOCHS: lambda broker, snapshot_id, store, _config: (
@@ -467,6 +467,9 @@ class SnapshotLoad:
                                             else ()):
             rows.append((self.broker, self.snapshot_id, rel, offset, length, reason,
                          state_rows.CONTROLLER_STREAM, None))
+        for rel, offset, length, reason in self.state_store_problems:
+            rows.append((self.broker, self.snapshot_id, rel, offset, length, reason,
+                         state_rows.STATE_STORE_STREAM, None))
         seen: dict[str, int] = {}
         for name, reason in self.config_problems:
             path = self.store / "config" / name
@@ -545,6 +548,9 @@ class SnapshotLoad:
         self.config_problems = state_rows.config_problems(self.config)
         self.compaction = state_rows.read_compaction_state(self.store)
         self.controller = state_rows.read_controller_state(self.store)
+        # 5.5.x rocksdbstore/ (None without one), and what of it could not be read
+        self.state_store, self.state_store_problems = state_rows.read_state_store_safely(
+            self.store)
         errors = [f"{name}: {reason}" for name, reason in self.config_problems]
         with ThreadPoolExecutor(max_workers=4) as pool:
             # Per-snapshot state needs no decoding: it is written while the executors decode.
@@ -572,7 +578,7 @@ class SnapshotLoad:
                 pending += self.start_writes(pool, self.append_small(
                     T.TRANSACTIONS, transaction_rows(
                         self.registry, self.broker, self.snapshot_id, self.seq,
-                        read_state_store(self.store),
+                        self.state_store,
                         self.options.taken_at or state_rows.newest_mtime(self.inventory))))
             quarantine = self.quarantine_rows(plan)
             self.summary.quarantined_bytes = sum(int(row[4]) for row in quarantine)

@@ -36,6 +36,10 @@ Row = tuple[object, ...]
 COMPACTION_STREAM = "compaction"
 # Quarantine stream of controller mode's files (epochFileCheckpoint, brokerIdentity).
 CONTROLLER_STREAM = "controller"
+# Quarantine stream of the 5.5.x state store (rocksdbstore/) and its entries.
+STATE_STORE_STREAM = "rocksdbstore"
+#: (file relative to the store, offset or entry number, length, reason).
+Problem = tuple[str, int, int, str]
 
 
 def utc(ms: int | None) -> datetime | None:
@@ -111,15 +115,14 @@ def delay_offset_rows(broker: str, snapshot_id: str, store: Path,
 
 
 def pending_timer_rows(broker: str, snapshot_id: str, store: Path,
-                       config: ConfigDir) -> list[Row]:
+                       state: StateStore | None) -> list[Row]:
     """Timer messages the broker still has to deliver (rmqlib.timers.timer_store): timer log units
     whose tick is not read yet, then wheel-topic records not enqueued yet. A store without
     timer files has none. Bad timer bytes are the verify's business (quarantine does not
-    cover them); what cannot be read yields no rows rather than guessed ones."""
-    from rmqlib.rocksdb.state_store import read_state_store
+    cover them); what cannot be read yields no rows rather than guessed ones. ``state``: the
+    store's rocksdbstore/ (its RocksDB timeline replaces the timer log when it has one)."""
     from rmqlib.timers.timer_store import read_timer_store
 
-    state = read_state_store(store)
     if state is not None and state.timer_scan_offset is not None:
         return _timeline_rows(broker, snapshot_id, store, state)
     if not (store / "timerlog").is_dir():
@@ -139,6 +142,23 @@ def pending_timer_rows(broker: str, snapshot_id: str, store: Path,
             broker, snapshot_id, record.commitlog_offset, "unenqueued", record.size, None,
             None, False, False, None, None))
     return [rows[offset] for offset in sorted(rows)]
+
+
+def read_state_store_safely(store: Path) -> tuple[StateStore | None, list[Problem]]:
+    """The store's rocksdbstore/ (None without one) and what of it could not be read: the
+    whole database (a damaged or inconsistent copy; its state is then left out: no rows
+    from it rather than guessed ones), or entries off the layout, each a problem."""
+    from rmqlib.rocksdb.state_store import STATE_STORE_DIR, read_state_store
+
+    try:
+        state = read_state_store(store)
+    except StoreError as error:
+        return None, [(STATE_STORE_DIR, 0, 0, f"rocksdbstore/ not read: {error}")]
+    if state is None:
+        return None, []
+    return state, [(STATE_STORE_DIR, number, len(bad.key),
+                    f"RocksDB {bad.family} key {bad.key[:64]!r}: {bad.reason}")
+                   for number, bad in enumerate(state.bad)]
 
 
 def _timeline_rows(broker: str, snapshot_id: str, store: Path, state: StateStore) -> list[Row]:
