@@ -42,6 +42,8 @@ features_store = _load_harness_fixtures().features_store
 cluster_store = _load_harness_fixtures().cluster_store
 # The v5-traces variant dir (traced clients, transactions checked and discarded).
 traces_store = _load_harness_fixtures().traces_store
+# The v5-rocksdbstore variant dir (the 5.5.x RocksDB trans/timer state store populated).
+rocksdbstore_store = _load_harness_fixtures().rocksdbstore_store
 # The DLedger variant dirs (a broker with a DLedger commitlog: v5-dledger on 5.5.0 and
 # v4-dledger on 4.9.7; tests using it run once per line), built on first use.
 dledger_store = _load_harness_fixtures().dledger_store

@@ -2,8 +2,8 @@
 
 Import into a test module (or a conftest) with ``from <this module> import broker_stores,
 growing_store, features_store, cluster_store, dledger_store,
-dledger5_store, rocksdb_store, rocksdb_config_store, traces_store``; the module loads
-``stores.py`` by path, so it works whether or not ``tests`` is a package.
+dledger5_store, rocksdb_store, rocksdb_config_store, traces_store, rocksdbstore_store``; the
+module loads ``stores.py`` by path, so it works whether or not ``tests`` is a package.
 """
 
 from __future__ import annotations
@@ -210,3 +210,16 @@ def traces_store() -> Path:
     transactions, trace_messages with each body as the client's own decoder reads it,
     traces.json, admin views for s1 and the end). Generated on first use (~50 s)."""
     return _variant(stores.TRACES_VARIANT)
+
+
+@pytest.fixture(scope="session")
+def rocksdbstore_store() -> Path:
+    """The ``v5-rocksdbstore`` variant dir: ``store/`` (one 5.5.0 broker with
+    ``transRocksDBEnable`` + ``transWriteOriginTransHalfEnable=false`` and ``timerRocksDBEnable``:
+    ``store/rocksdbstore`` holds the still-pending transactions in its ``trans`` column family
+    and the timer index with its checkpoints in ``timer``; halves and ops in the commitlog under
+    ``RMQ_SYS_ROCKSDB_TRANS_HALF_TOPIC`` / ``RMQ_SYS_ROCKSDB_TRANS_OP_HALF_TOPIC``; clean
+    shutdown, so the column families are flushed to SST files) and ``truth/`` (transactions,
+    tx_calls, timers, deliveries, topic_stats, rocksdbstore.json). Generated on first use
+    (~50 s)."""
+    return _variant(stores.ROCKSDBSTORE_VARIANT)

@@ -25,7 +25,10 @@ checkpoint,currterm}`` instead of ``store/commitlog/``) adds ``snapshots/s1/stor
 the last ~100 messages), ``truth/dledger.json`` and ``truth/snapshots.json``. The extra variant
 ``v5-traces`` (every client traced: ``RMQ_SYS_TRACE_TOPIC``; transactions checked and discarded)
 adds ``snapshots/s1/store`` (hot copy while transactions were undecided) and ``truth/``
-``consumed.jsonl``, ``transactions.jsonl``, ``trace_messages.jsonl``, ``traces.json``.
+``consumed.jsonl``, ``transactions.jsonl``, ``trace_messages.jsonl``, ``traces.json``. The extra
+variant ``v5-rocksdbstore`` (RocksDB trans and timer state in ``store/rocksdbstore``) adds
+``truth/`` ``transactions.jsonl``, ``tx_calls.jsonl``, ``timers.jsonl``, ``deliveries.jsonl`` and
+``rocksdbstore.json``.
 
 Stdlib only; imports nothing from the project. Usage::
 
@@ -117,10 +120,17 @@ CHANGING_VARIANTS = (FAILOVER_VARIANT, RESYNC_VARIANT, REPROVISIONED_VARIANT,
 #: resolved by the broker's checks and discarded after ``transactionCheckMax`` checks
 #: (``TracesWorkload.java``, own ``main``; a hot copy while transactions were undecided).
 TRACES_VARIANT = "v5-traces"
+#: Built only on request too: one 5.5.0 broker with the 5.5.x RocksDB state store populated
+#: (``<store>/rocksdbstore``: ``transRocksDBEnable`` with ``transWriteOriginTransHalfEnable=false``
+#: fills the ``trans`` column family, ``timerRocksDBEnable`` the ``timer`` one), transactions
+#: decided, dropped after ``transactionCheckMax`` checks and left pending, timers delivered and
+#: pending (``RocksStoreWorkload.java``, own ``main``; clean shutdown, no hot copy).
+ROCKSDBSTORE_VARIANT = "v5-rocksdbstore"
 EXTRA_VARIANTS: tuple[str, ...] = (GROWING_VARIANT, FEATURES_VARIANT, CLUSTER_VARIANT,
                                    DLEDGER_VARIANT, *ROCKSDB_VARIANTS, DLEDGER4_VARIANT,
                                    COMPACTION_VARIANT, CONTROLLER_VARIANT, POP_VARIANT,
-                                   POP_KV_VARIANT, *CHANGING_VARIANTS, TRACES_VARIANT)
+                                   POP_KV_VARIANT, *CHANGING_VARIANTS, TRACES_VARIANT,
+                                   ROCKSDBSTORE_VARIANT)
 ALL_VARIANTS: tuple[str, ...] = VARIANTS + EXTRA_VARIANTS
 DEFAULT_VARIANT = "v5-clean"
 CACHE_ENV = "RMQ_STORE_CACHE"
@@ -160,11 +170,13 @@ MAIN_CLASSES[CONTROLLER_VARIANT] = "rmqharness.ControllerWorkload"
 MAIN_CLASSES[POP_VARIANT] = MAIN_CLASSES[POP_KV_VARIANT] = "rmqharness.PopWorkload"
 MAIN_CLASSES.update(dict.fromkeys(CHANGING_VARIANTS, "rmqharness.ChangingWorkload"))
 MAIN_CLASSES[TRACES_VARIANT] = "rmqharness.TracesWorkload"
+MAIN_CLASSES[ROCKSDBSTORE_VARIANT] = "rmqharness.RocksStoreWorkload"
 #: Scenario classes that serve several variants (others serve the variant ``*-<scenario>``:
 #: ``TracesWorkload.java`` counts for ``v5-traces`` alone).
 SCENARIO_OF: dict[str, str] = dict.fromkeys(MODE_VARIANTS, "mode")
 SCENARIO_OF[POP_KV_VARIANT] = "pop"
 SCENARIO_OF.update(dict.fromkeys(CHANGING_VARIANTS, "changing"))
+SCENARIO_OF[ROCKSDBSTORE_VARIANT] = "rocksstore"  # RocksStoreWorkload.java
 
 
 def driver_jvm_opts(variant: str) -> list[str]:
