@@ -50,7 +50,7 @@ from rmqlib.errors import StoreError
 from rmqlib.rocksdb.database import CURRENT as ROCKSDB_CURRENT
 from rmqlib.rocksdb.database import INCONSISTENT_COPY, open_readonly
 from rmqlib.store.growth import CONFIRM_HEAD, CopyPhase, Growth, data_end, growth_of
-from rmqlib.store.inventory import FileKind, classify
+from rmqlib.store.inventory import ROCKSDB_KINDS, FileKind, classify
 
 log = logging.getLogger(__name__)
 
@@ -433,8 +433,6 @@ def _resume_at(copy: Path, growth: Growth, walked_to: int, end: int) -> int:
 
 
 ROCKSDB_ATTEMPTS = 5
-ROCKSDB_KINDS = frozenset((FileKind.ROCKSDB, FileKind.ROCKSDB_CQ, FileKind.ROCKSDB_CONFIG,
-                           FileKind.ROCKSDB_POP))
 
 
 def rocksdb_databases(files: Iterable[SourceFile]) -> list[PurePosixPath]:

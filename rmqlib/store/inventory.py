@@ -25,6 +25,7 @@ from rmqlib.errors import NotAStoreFileError
 from rmqlib.markers import MarkerContent, read_abort
 from rmqlib.pop import KV_DIRECTORY
 from rmqlib.rocksdb.config_store import CONFIG_DATABASES, V2_DIRECTORY
+from rmqlib.rocksdb.state_store import STATE_STORE_DIR
 
 SEGMENT_NAME = re.compile(r"^\d{20}$")
 INDEX_NAME = re.compile(r"^\d{17}$")
@@ -72,6 +73,8 @@ class FileKind(StrEnum):
     ROCKSDB_CONFIG = "rocksdb_config"
     # KV pop's kvStore/ (popConsumerKVServiceEnable; rmqlib.pop).
     ROCKSDB_POP = "rocksdb_pop"
+    # 5.5.x rocksdbstore/: RocksDB transactions and timeline (rmqlib.rocksdb.state_store).
+    ROCKSDB_STATE = "rocksdb_state"
     # The compaction log and sparse queue of a 5.x compacted topic (rmqlib.compaction).
     COMPACTION = "compaction"
     # Controller mode's epochFileCheckpoint and brokerIdentity (rmqlib.controller).
@@ -80,6 +83,10 @@ class FileKind(StrEnum):
     ROCKSDB = "rocksdb"
     UNKNOWN = "unknown"
 
+
+#: Every kind that is a RocksDB database's file (the snapshot copier copies them alike).
+ROCKSDB_KINDS = frozenset((FileKind.ROCKSDB, FileKind.ROCKSDB_CQ, FileKind.ROCKSDB_CONFIG,
+                           FileKind.ROCKSDB_POP, FileKind.ROCKSDB_STATE))
 
 NOT_DECODED: dict[FileKind, str] = {
     FileKind.ROCKSDB: "RocksDB data (5.x): present, not decoded",
@@ -92,7 +99,6 @@ ROCKSDB_REASONS: dict[str, str] = {
     "decoded; queue positions held only in RocksDB are not read",
     "config": "a RocksDB directory of config/ that is no config table's database: present, "
     "not decoded",
-    "rocksdbstore": "RocksDB state store (5.5.x rocksdbstore/): present, not decoded",
 }
 
 
@@ -184,8 +190,8 @@ def classify(relative: Path, size: int) -> StoreFile:
         kind = FileKind.COMPACTION
     elif top == KV_DIRECTORY:
         kind = FileKind.ROCKSDB_POP
-    elif top == "rocksdbstore":  # seen in 5.5.x stores
-        kind = FileKind.ROCKSDB
+    elif top == STATE_STORE_DIR:  # every 5.5.x store
+        kind = FileKind.ROCKSDB_STATE
     elif top.startswith(DLEDGER_PREFIX):
         kind = _classify_dledger_file(parts)
     return StoreFile(relative, kind, size, topic, queue_id)
@@ -285,8 +291,7 @@ def detect_features(inventory: Inventory) -> set[str]:
         "batch_consume_queue": FileKind.BATCH_CONSUME_QUEUE in kinds,
         "consume_queue_ext": FileKind.CONSUME_QUEUE_EXT in kinds,
         "compaction": FileKind.COMPACTION in kinds,
-        "rocksdb": bool({FileKind.ROCKSDB, FileKind.ROCKSDB_CQ, FileKind.ROCKSDB_CONFIG,
-                       FileKind.ROCKSDB_POP} & kinds),
+        "rocksdb": bool(ROCKSDB_KINDS & kinds),
         "rocksdb_consume_queue": FileKind.ROCKSDB_CQ in kinds,
         "rocksdb_config_v2": any(f.kind is FileKind.ROCKSDB_CONFIG
                                  and f.path.parts[1] == V2_DIRECTORY for f in inventory.files),
@@ -308,8 +313,7 @@ def detect_generation(inventory: Inventory) -> tuple[str, list[str]]:
     if abort is not None and abort.kind == "pid":
         five.append("abort holds a PID (5.x writes its PID; 4.x leaves it empty)")
     if {FileKind.TIMER_LOG, FileKind.BATCH_CONSUME_QUEUE, FileKind.COMPACTION,
-            FileKind.ROCKSDB, FileKind.ROCKSDB_CQ, FileKind.ROCKSDB_CONFIG,
-            FileKind.ROCKSDB_POP} & {f.kind for f in inventory.files}:
+            *ROCKSDB_KINDS} & {f.kind for f in inventory.files}:
         five.append("5.x-only directories present (timerlog/batchconsumequeue/compaction/RocksDB)")
     five.extend(_config_evidence(root))
     four = _four_evidence(root, abort)

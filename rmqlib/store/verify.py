@@ -99,6 +99,7 @@ from rmqlib.queues.consumequeue import (
 from rmqlib.queues.consumequeue_ext import ExtResolver
 from rmqlib.rocksdb.consume_queue import QueueUnits, read_queues
 from rmqlib.rocksdb.database import is_database, open_readonly
+from rmqlib.rocksdb.state_store import read_state_store
 from rmqlib.store.inventory import Inventory, take_inventory
 from rmqlib.timers.timer_store import check_timer_store, commitlog_properties, read_timer_store
 
@@ -197,6 +198,7 @@ def verify_store(root: str | Path, *, verify_crc: bool = True) -> VerifyReport:
     _check_compaction(report, facts)
     _check_controller(report, facts)
     _check_pop_kv(report)
+    _check_state_store(report)
     _check_config(report, queues.bounds)
     return report
 
@@ -1029,6 +1031,23 @@ def _check_pop_kv(report: VerifyReport) -> None:
     report.counts["pop_in_flight"] += len(flying)
     for key, reason in bad:
         report.add(ERROR, "pop", database, None, f"{KV_FAMILY} record {key[:40].hex()}: {reason}")
+
+
+def _check_state_store(report: VerifyReport) -> None:
+    """5.5.x rocksdbstore/ (read on a clone): every entry of its trans and timer families
+    follows the layout; undecided transactions and timeline entries are counted."""
+    try:
+        state = read_state_store(report.root)
+    except StoreError as error:
+        report.add(ERROR, "rocksdbstore", error.path, error.offset, error.reason)
+        return
+    if state is None:
+        return
+    report.counts["undecided_transactions"] += len(state.undecided)
+    report.counts["timeline_pending"] += len(state.pending_timers())
+    for bad in state.bad:
+        report.add(ERROR, "rocksdbstore", state.path, None,
+                   f"{bad.family} entry {bad.key[:40].hex()}: {bad.reason}")
 
 
 def _report_controller(report: VerifyReport, path: object, findings: list) -> None:
