@@ -17,6 +17,7 @@ from jobs.check.engines import DuckDbEngine
 from jobs.check.reconcile import reconcile_snapshot
 from jobs.lakehouse import tables as T
 from jobs.lakehouse.driver_rows import read_arrow
+from jobs.lakehouse.jars import REPO_ROOT
 from jobs.lakehouse.spark_session import SparkOnDemand
 from jobs.lakehouse.tables import Registry
 from jobs.load.job import LoadOptions, load_snapshot
@@ -121,3 +122,26 @@ def test_the_checks_fire_for_the_dropped_and_the_undecided(loaded: Registry,
     [undecided] = findings("transaction_pending_too_long")
     immune = sorted(t["halfCommitLogOffset"] for t in truth.plan("immune"))
     assert (undecided["affected"], undecided["sample_offsets"]) == (len(immune), immune)
+
+
+def test_the_snapshots_alert_names_the_dropped_and_the_undecided(
+        loaded: Registry, tmp_path: Path) -> None:
+    """Through the whole check step with config/alerts.yaml's transactions section (pending
+    longer than 0 minutes is an error here): the alert carries exactly the two transaction
+    findings."""
+    from jobs.check_job import check_snapshot
+
+    rules = tmp_path / "alerts.yaml"
+    rules.write_text((REPO_ROOT / "config" / "alerts.yaml").read_text().replace(
+        "max_pending_minutes: 10", "max_pending_minutes: 0").replace(
+        "severity: warning                 # of transaction_pending_too_long",
+        "severity: error"))
+    outcome = check_snapshot(lambda: None, loaded.warehouse, BROKER, "final",
+                             rules_path=rules, engine="local", output=tmp_path / "out")
+    assert outcome.alert is not None
+    lines = [line for line in outcome.alert.findings if "transaction" in line]
+    assert len(lines) == 2
+    assert any(line.startswith("check transaction_discarded [error] producer_group=PG_ROCKS_TX")
+               for line in lines)
+    assert any(line.startswith("check transaction_pending_too_long [error] "
+                               "producer_group=PG_ROCKS_TX") for line in lines)
