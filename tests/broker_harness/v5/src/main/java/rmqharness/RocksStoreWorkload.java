@@ -734,19 +734,8 @@ final class RocksStoreWorkload extends StandaloneScenario {
         List<Map<String, Object>> out = new ArrayList<>();
         for (String t : STAT_TOPICS) {
             try {
-                TopicStatsTable table = admin.examineTopicStats(brokerAddr, t);
-                List<Map<String, Object>> rows = new ArrayList<>();
-                for (Map.Entry<MessageQueue, TopicOffset> e : table.getOffsetTable().entrySet()) {
-                    Map<String, Object> row = new LinkedHashMap<>();
-                    row.put("topic", e.getKey().getTopic());
-                    row.put("brokerName", e.getKey().getBrokerName());
-                    row.put("queueId", e.getKey().getQueueId());
-                    row.put("minOffset", e.getValue().getMinOffset());
-                    row.put("maxOffset", e.getValue().getMaxOffset());
-                    row.put("lastUpdateTimestamp", e.getValue().getLastUpdateTimestamp());
-                    row.put("snapshotMs", at);
-                    rows.add(row);
-                }
+                List<Map<String, Object>> rows = Compat.topicStats(admin, t);
+                rows.forEach(row -> row.put("snapshotMs", at));
                 rows.sort(Comparator.comparingInt(m -> (Integer) m.get("queueId")));
                 out.addAll(rows);
             } catch (Exception e) {
