@@ -258,7 +258,7 @@ def test_tab_completes_tables_columns_saved_queries_and_commands(engines):  # ty
     local, _, _ = engines
     shell = SqlShell(local, out=io.StringIO())
     assert shell.candidates("rmq.me", "SELECT * FROM rmq.me") == [
-        "rmq.message_lookup", "rmq.messages"]
+        "rmq.message_lookup", "rmq.message_traces", "rmq.messages"]
     assert shell.candidates("rmq.con", "SELECT * FROM rmq.con") == sorted(
         f"rmq.{t}" for t in local.tables() if t.startswith("con"))
     assert "offset_msg_id" in shell.candidates("off", "SELECT off FROM rmq.messages")

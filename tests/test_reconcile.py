@@ -229,8 +229,10 @@ def test_a_truncated_commitlog_is_caught_by_the_checkpoint(spark, broker_stores,
         severity == "error" and any(scope.startswith(f"file=consumequeue/{t}/{q}/")
                                     for t, q in cut_queues)
         for _, scope, severity in ahead_of_data)
+    # the store's undecided transactions, hours old at the copy's time (its taken_at)
     rest = found - expected - ahead_of_data - {
-        ("group_without_offsets", "group=G_NOOFFSET", "info")}
+        ("group_without_offsets", "group=G_NOOFFSET", "info"),
+        ("transaction_pending_too_long", "producer_group=PG_TX", "warning")}
     assert rest <= schedule, rest
     assert expected <= found
 
