@@ -193,10 +193,12 @@ def test_page_is_self_contained_and_links(reported, browser_page):  # type: igno
     _, pages, docs = reported
     page = pages["s2"]
     text = page.read_text(encoding="utf-8")
-    assert text.count("* plotly.js v") == 1  # inlined once, for all four charts
+    assert text.count("* plotly.js v") == 1  # inlined once, for all five charts
     assert page.stat().st_size < 6 * 1024 * 1024
     _open(browser_page, page)
-    assert browser_page.locator(".js-plotly-plot").count() == 4
+    assert browser_page.locator(".js-plotly-plot").count() == 5
+    # these stores trace nothing: the latency chart says so instead of axes
+    assert "no traced consumption" in browser_page.inner_text("#chart-latency")
     # no consumer_status rows in this warehouse: the timeline says so instead of axes
     assert "no consumer status judged" in browser_page.inner_text("#chart-status")
     assert browser_page.inner_text("#status p.empty").startswith("No consumer status")

@@ -112,7 +112,7 @@ def latency_chart(latencies: list[GroupLatency]) -> Html:
     import plotly.graph_objects as go
 
     figure = go.Figure()
-    for name, _ in PERCENTILES:
+    for name, _ in PERCENTILES if latencies else ():  # none: the chart says so, no axes
         figure.add_trace(go.Bar(name=name, x=[g.group for g in latencies],
                                 y=[getattr(g, name) for g in latencies],
                                 hovertemplate="%{x}<br>%{y:,.0f} ms"))
