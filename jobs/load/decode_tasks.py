@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs.lakehouse.locations import Location
-from jobs.load.arrow_time import dates, timestamps
+from jobs.load.arrow_columns import assemble, dates, task_file_stem, timestamps
 from jobs.load.trace_output import TraceCollector, TraceOutput
 from jobs.snapshot.bucket import SnapshotObjects
 from rmqlib.commitlog.arrow import scan_segment_arrow, unwrap_inner_batches
@@ -161,8 +161,7 @@ class TaskFiles:
 
 
 def report_path(report_dir: str, task_id: str) -> Location:
-    safe = task_id.replace("/", "__").replace("%", "_pct_")
-    return Location(report_dir) / f"{safe}.json"
+    return Location(report_dir) / f"{task_file_stem(task_id)}.json"
 
 
 def write_report(report_dir: str, task_id: str, report: dict[str, object]) -> None:
@@ -431,16 +430,7 @@ def to_messages(batch: pa.RecordBatch, rel_path: str, context: DecodeContext
         "file_position": col("file_position"),
         "first_snapshot_id": pa.repeat(pa.scalar(context.snapshot_id, pa.string()), n),
     }
-    return _assemble(columns, context.output_schema)
-
-
-def _assemble(columns: dict[str, pa.Array], schema: pa.Schema) -> pa.RecordBatch:
-    """A batch with exactly the contract's columns, in its order and types."""
-    arrays = []
-    for field in schema:
-        value = columns[field.name]
-        arrays.append(value if value.type == field.type else value.cast(field.type))
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    return assemble(columns, context.output_schema)
 
 
 # --------------------------------------------------------------------------- queues
@@ -504,7 +494,7 @@ def _queue_task(task: Task, context: DecodeContext, files: TaskFiles
             "file_position": pa.array(position, pa.int64()),
             "first_snapshot_id": pa.repeat(pa.scalar(context.snapshot_id, pa.string()), n),
         }
-        yield _assemble(columns, context.output_schema)
+        yield assemble(columns, context.output_schema)
     unit = 46 if batch_queue else 20
     loaded_end = int(position[-1]) + unit if n else None
     if keep < len(offsets):  # read again from the next snapshot, with their records
@@ -560,7 +550,7 @@ def _rocksdb_queue_task(task: Task, context: DecodeContext, files: TaskFiles
         rows += n
         marks.append([queue.topic, queue.queue_id,
                       int(queue.queue_offset[keep - 1] + 1) * CQ_UNIT_SIZE])
-        yield _assemble(columns, context.output_schema)
+        yield assemble(columns, context.output_schema)
     size = task.weight  # the database's bytes, measured when the task was planned
     # A key or value off the layout is no byte region: it is named by its ordinal among
     # the bad entries and its key's length.
@@ -634,7 +624,7 @@ def _index_task(task: Task, context: DecodeContext, files: TaskFiles
             "prev_index": col("prev_index"),
             "first_snapshot_id": pa.repeat(pa.scalar(context.snapshot_id, pa.string()), n),
         }
-        yield _assemble(columns, context.output_schema)
+        yield assemble(columns, context.output_schema)
     return {"rows": n, "account": _account_report(account),
             "next_entry": entry_count + 1}
 

@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs.lakehouse.locations import Location
-from jobs.load.arrow_time import dates, timestamps
+from jobs.load.arrow_columns import assemble, dates, task_file_stem, timestamps
 from rmqlib.traces import DEFAULT_TRACE_TOPIC, TRACE_TOPIC_PREFIX
 from rmqlib.traces_arrow import decode_trace_bodies
 
@@ -75,7 +75,7 @@ class TraceCollector:
         decoded = decode_trace_bodies(bodies)
         self._note_unreadable(records, decoded.unreadable)
         if decoded.records.num_rows:
-            self.batches.extend(self._rows(records, decoded.records).to_batches())
+            self.batches.append(self._rows(records, decoded.records))
 
     def finish(self) -> dict[str, object]:
         """Write the rows; the report's part: their file, count and unreadable regions."""
@@ -92,7 +92,7 @@ class TraceCollector:
             report["trace_file"] = name
         return report
 
-    def _rows(self, records: pa.RecordBatch, contexts: pa.Table) -> pa.Table:
+    def _rows(self, records: pa.RecordBatch, contexts: pa.Table) -> pa.RecordBatch:
         """Contexts as rows of ``message_traces``: the trace message's columns taken by
         each context's body index, the context's own fields beside them."""
         carrier = pa.array(contexts.column("body_index").to_numpy(zero_copy_only=False))
@@ -122,8 +122,7 @@ class TraceCollector:
             "file_position": of_record.column("file_position"),
             "first_snapshot_id": pa.repeat(pa.scalar(self.snapshot_id, pa.string()), n),
         }
-        schema = self.output.schema
-        return pa.table([_as(columns[f.name], f.type) for f in schema], schema=schema)
+        return assemble(columns, self.output.schema)
 
     def _note_unreadable(self, records: pa.RecordBatch, regions: pa.Table) -> None:
         """[file position of the trace message, length, reason] per unreadable region."""
@@ -137,13 +136,8 @@ class TraceCollector:
                 f"[{at}, {at + length}): {reason}"])
 
 
-def _as(values: pa.Array | pa.ChunkedArray, type_: pa.DataType) -> pa.Array:
-    values = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
-    return values if values.type == type_ else values.cast(type_)
-
-
 def trace_file_name(task_id: str) -> str:
-    return task_id.replace("/", "__").replace("%", "_pct_") + ".arrows"
+    return f"{task_file_stem(task_id)}.arrows"
 
 
 def read_trace_rows(directory: str, reports: list[dict]) -> list[pa.RecordBatch]:

@@ -18,13 +18,14 @@ latest row of a msgId is its current state.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 
 import pyarrow.dataset as ds
 
 from jobs.lakehouse import tables as T
 from jobs.lakehouse.driver_rows import arrow_dataset, sql_text
 from jobs.lakehouse.tables import Registry
+from jobs.load.state_rows import utc
 from rmqlib.rocksdb.state_store import StateStore
 from rmqlib.transactions import (
     CHECK_MAX_TIME_TOPIC,
@@ -120,15 +121,11 @@ def _ms(value: datetime | None) -> int:
     return 0 if value is None else round(value.timestamp() * 1000)
 
 
-def _time(ms: int | None) -> datetime | None:
-    return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
-
-
 def _row(broker: str, snapshot_id: str, t: Transaction) -> Row:
     return (broker, snapshot_id, t.msg_id, t.transaction_id, t.producer_group, t.topic,
             t.queue_id, t.state, t.half_offset, t.half_queue_id, list(t.half_queue_offsets),
-            _time(t.born_ms or None), _time(t.half_ms), t.checks, _time(t.last_check_ms),
-            _time(t.decided_ms), t.seconds_to_decision, t.committed_offset,
+            utc(t.born_ms), utc(t.half_ms), t.checks, utc(t.last_check_ms),
+            utc(t.decided_ms), t.seconds_to_decision, t.committed_offset,
             t.committed_queue_offset, t.changed)
 
 
