@@ -75,6 +75,14 @@ class Truth:
         self.info = json.loads((t / "rocksdbstore.json").read_text(encoding="utf-8"))
         self.settings = self.info["settings"]
         self.check_max = int(self.settings["transactionCheckMax"])
+        self.broker_log = (root / "logs" / "broker.log").read_text(encoding="latin-1").splitlines()
+
+    def errors_logged(self) -> tuple[list[str], list[str]]:
+        """The broker's ERROR lines before and after its shutdown hook ran."""
+        hook = next(i for i, line in enumerate(self.broker_log)
+                    if "Shutdown hook was invoked" in line)
+        errors = [(i, line) for i, line in enumerate(self.broker_log) if " ERROR " in line]
+        return [e for i, e in errors if i < hook], [e for i, e in errors if i > hook]
 
     def plan(self, *plans: str) -> list[dict]:
         return [t for t in self.transactions if t["plan"] in plans]
@@ -230,7 +238,12 @@ def test_the_run_did_what_the_scenario_plans(truth: Truth) -> None:
             assert t["plan"] == "immune"
             assert t["userProperties"]["CHECK_IMMUNITY_TIME_IN_SECONDS"] == "3600"
             assert not checks and t["outcome"] == "pending"
-    assert truth.info["brokerLog"]["errors"] == []
+    # No error while it ran. Shutting down, the broker may still hand a held pull request to a
+    # Netty event loop already closed ("rejectedExecution ... Event loop shut down?", seen once
+    # in CI): a race in its shutdown order, logged after the hook began, not a store error.
+    before, after = truth.errors_logged()
+    assert before == []
+    assert all("rejectedExecution" in line for line in after), after
 
 
 def test_rocksdbstore_is_flushed_with_three_column_families(store: Store) -> None:
