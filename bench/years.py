@@ -10,11 +10,21 @@ the lakehouse grows: what the series measures is the cost of that history. Serie
   one    1 broker, 100 nights
   five   5 brokers side by side (each night every broker in turn), 20 nights
 
+Delta keeps time by the wall clock: a checkpoint drops the tombstones older than
+``delta.deletedFileRetentionDuration`` (a week), the log cleanup the commits older than
+``delta.logRetentionDuration`` (30 days), VACUUM the files older than ``time_travel_days``.
+A series runs a night in seconds, so by the wall clock none of that would ever happen and
+the tables would carry every tombstone, commit and file of the whole series, as no
+deployment does. The series keeps the calendar instead (``--wall-clock-retention`` turns
+it off): after each night, outside its time, every file of the tables is made a day older
+(mtimes: what VACUUM and the log cleanup compare), and each table's tombstone retention is
+set once to seven of the series' nights (``interval N seconds``, from the wall-clock length
+of its second and third nights: tombstones carry the commit's time, which no mtime moves).
+
 Each night records, per broker, the seconds of every step and the store's bytes on disk
 (and the commitlog bytes ever written); on measured nights (1, 10, 30, 100 and every 10th)
 also, per table, the files a query reads (the Delta table's active files) and their bytes,
-the data files on disk (VACUUM keeps 7 days of wall-clock time travel, so in a bench that
-runs for an hour nothing is old enough to go), the Delta log (files, bytes), and the
+the data files on disk, the Delta log (files, bytes), and the
 seconds of each saved query as ``jobs query --saved`` runs it, on the local engine (a new
 engine per query, as the CLI) and on Spark (the series' session, warm), the best of 3. On
 nights 1, 10, 30 and 100 the first broker's check is measured again step by step: seconds,
@@ -22,6 +32,7 @@ files opened, bytes read (bench/check_cost.py).
 
 Usage: python bench/years.py --series one [--nights 100] [--messages-per-night 5000]
                              [--without-index]     # the generator before it wrote index/
+                             [--wall-clock-retention]  # Delta's retentions by the wall clock
                              [--keep-nights 10,100] # copies of the warehouse after them
        python bench/years.py --queries-only WAREHOUSE   # the saved queries of a warehouse
 Results: .cache/bench/years/<series>.jsonl (a line per night) and a summary on stdout.
@@ -32,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import time
@@ -48,6 +60,9 @@ SERIES = {"one": (1, 100), "five": (5, 20)}
 FIRST_NIGHT = datetime(2026, 1, 1, 2, tzinfo=UTC)
 STEPS = ("snapshot", "load", "check", "maintain", "clean_up")
 REPORTED_NIGHTS = (1, 10, 30, 100)
+DAY_S = 86_400
+TOMBSTONE_NIGHTS = 7  # Delta's default delta.deletedFileRetentionDuration: a week
+TOMBSTONE_RETENTION = "delta.deletedFileRetentionDuration"
 
 
 def measured(night: int) -> bool:
@@ -95,6 +110,47 @@ def one_night(spark, config, broker, snapshot_id: str,  # type: ignore[no-untype
     pipeline.clean_up_broker(config, broker.name, snapshot_id)
     lap("clean_up")
     return seconds
+
+
+class Calendar:
+    """Lets Delta's wall-clock retentions see the series' nights (see the module's doc)."""
+
+    def __init__(self, warehouse: Path) -> None:
+        self.warehouse = warehouse
+        self.night_lengths: list[float] = []
+        self.tombstone_retention: str | None = None
+        self._night_began = time.monotonic()
+
+    def end_night(self, night: int) -> None:
+        """A night is over: the tables' files age a day; after night 3, each table (and
+        later each new one) gets its tombstone retention."""
+        from jobs.lakehouse import tables as T
+
+        self.night_lengths.append(time.monotonic() - self._night_began)
+        for name in T.TABLES:
+            location = Path(T.table_location(self.warehouse, name))
+            if location.exists():
+                self._age_a_day(location)
+                if night >= 3:
+                    self._set_tombstone_retention(location)
+        self._night_began = time.monotonic()
+
+    @staticmethod
+    def _age_a_day(location: Path) -> None:
+        for path in location.rglob("*"):
+            if path.is_file():
+                stat = path.stat()
+                os.utime(path, (stat.st_atime - DAY_S, stat.st_mtime - DAY_S))
+
+    def _set_tombstone_retention(self, location: Path) -> None:
+        from deltalake import DeltaTable
+
+        if self.tombstone_retention is None:  # nights 2 and 3: night 1 creates the tables
+            seconds = TOMBSTONE_NIGHTS * sum(self.night_lengths[1:3]) / 2
+            self.tombstone_retention = f"interval {round(seconds)} seconds"
+        table = DeltaTable(str(location))
+        if table.metadata().configuration.get(TOMBSTONE_RETENTION) is None:
+            table.alter.set_table_properties({TOMBSTONE_RETENTION: self.tombstone_retention})
 
 
 def table_stats(warehouse: Path) -> dict[str, dict[str, int]]:
@@ -148,8 +204,8 @@ def query_seconds(warehouse: Path, spark=None) -> dict[str, dict[str, float]]:  
 
 
 def run_series(series: str, nights: int, per_night: int, work: Path,
-               index_files: bool = True, keep_nights: frozenset[int] | set[int] = frozenset()
-               ) -> Path:
+               index_files: bool = True, keep_nights: frozenset[int] | set[int] = frozenset(),
+               calendar_retention: bool = True) -> Path:
     from check_cost import measure
 
     from jobs.lakehouse.spark_session import build_spark_session
@@ -162,6 +218,7 @@ def run_series(series: str, nights: int, per_night: int, work: Path,
     stores = {b.name: GrowingBroker(work / "stores" / b.name, per_night,
                                     index_files=index_files) for b in config.brokers}
     spark = build_spark_session(f"years-{series}", warehouse=config.warehouse)
+    calendar = Calendar(config.warehouse) if calendar_retention else None
     results = work.parent / f"{work.name}.jsonl"
     results.parent.mkdir(parents=True, exist_ok=True)
     with results.open("w") as out:
@@ -170,7 +227,8 @@ def run_series(series: str, nights: int, per_night: int, work: Path,
             snapshot_id = snapshot_id_for(night_time)
             record: dict[str, object] = {"night": night, "snapshot_id": snapshot_id,
                                          "messages_per_night": per_night, "brokers": {},
-                                         "index_files": index_files}
+                                         "index_files": index_files,
+                                         "calendar_retention": calendar_retention}
             for broker in config.brokers:
                 grown = stores[broker.name].grow()
                 record["brokers"][broker.name] = {  # type: ignore[index]
@@ -187,6 +245,9 @@ def run_series(series: str, nights: int, per_night: int, work: Path,
                 kept = work.parent / f"{work.name}-night{night}"
                 shutil.rmtree(kept, ignore_errors=True)
                 shutil.copytree(config.warehouse, kept / "warehouse")
+            if calendar is not None:
+                calendar.end_night(night)
+                record["tombstone_retention"] = calendar.tombstone_retention
             out.write(json.dumps(record) + "\n")
             out.flush()
             totals = [sum(b["seconds"].values()) for b in record["brokers"].values()]  # type: ignore[attr-defined]
@@ -234,7 +295,8 @@ def summarize(results: Path) -> None:
           f"{'written' if records[0].get('index_files') else 'not written'}")
     queries = query_columns(next(r for r in reversed(records) if "queries" in r))
     print("| night | " + " | ".join(STEPS) + " | total s | store MiB | files (active, all "
-          "tables) | Delta log MiB | " + " | ".join(f"{q} s" for q in queries) + " |")
+          "tables) | files on disk | Delta log files | Delta log MiB | "
+          + " | ".join(f"{q} s" for q in queries) + " |")
     for night in sorted(set(REPORTED_NIGHTS) | {len(records)}):
         record = by_night.get(night)
         if record is None or "tables" not in record:
@@ -246,6 +308,8 @@ def summarize(results: Path) -> None:
         print(f"| {night} | " + " | ".join(f"{seconds[s]:.1f}" for s in STEPS)
               + f" | {sum(seconds.values()):.1f} | {store:.1f}"
               + f" | {sum(t['files'] for t in tables.values())}"
+              + f" | {sum(t['files_on_disk'] for t in tables.values())}"
+              + f" | {sum(t['log_files'] for t in tables.values())}"
               + f" | {sum(t['log_bytes'] for t in tables.values()) / 2**20:.1f} | "
               + " | ".join(f"{query_columns(record).get(q, float('nan')):.2f}"
                            for q in queries) + " |")
@@ -278,6 +342,9 @@ def main() -> None:
     parser.add_argument("--messages-per-night", type=int, default=5000)
     parser.add_argument("--without-index", action="store_true",
                         help="stores without index/ (the generator before 2026-11-27)")
+    parser.add_argument("--wall-clock-retention", action="store_true",
+                        help="Delta's retentions by the wall clock, as before 2026-11-28: "
+                             "no file ages, no tombstone leaves a checkpoint")
     parser.add_argument("--summary-only", action="store_true")
     parser.add_argument("--keep-nights", default="",
                         help="comma-separated nights after which the warehouse is copied to "
@@ -289,13 +356,15 @@ def main() -> None:
         return
     if not args.series:
         parser.error("--series is required")
-    name = args.series + ("-without-index" if args.without_index else "")
+    name = args.series + ("-without-index" if args.without_index else "") \
+        + ("-wall-clock" if args.wall_clock_retention else "")
     results = ROOT / ".cache" / "bench" / "years" / f"{name}.jsonl"
     if not args.summary_only:
         results = run_series(args.series, args.nights or SERIES[args.series][1],
                              args.messages_per_night,
                              ROOT / ".cache" / "bench" / "years" / name,
                              index_files=not args.without_index,
+                             calendar_retention=not args.wall_clock_retention,
                              keep_nights={int(n) for n in args.keep_nights.split(",") if n})
     summarize(results)
 

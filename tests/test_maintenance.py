@@ -111,3 +111,45 @@ def test_a_compaction_plans_from_the_table_as_it_is_once_the_lock_is_taken(
                                       POLICIES[T.TOPICS], NAME, time_travel_days=7)
     assert DeltaTable(str(location)).to_pyarrow_table().num_rows == 12
     assert row["files_compacted"] == 0 and row["files_after"] == 1
+
+
+def test_files_whose_tombstones_left_the_checkpoint_are_still_vacuumed(tmp_path: Path) -> None:
+    """A checkpoint drops the tombstones older than the table's
+    ``delta.deletedFileRetentionDuration`` (Delta's default: a week), and delta-rs' default
+    VACUUM deletes only the files the tombstones it still sees name: a compacted-away file
+    whose tombstone left the checkpoint before a VACUUM found it past ``time_travel_days``
+    (any ``time_travel_days`` above 7; at 7, a night whose maintenance runs a little earlier
+    than the night before) would stay on disk for ever. The table's retention is one second
+    here and the files are aged by mtime, as days would."""
+    import os
+    import time
+
+    from deltalake import write_deltalake
+
+    from jobs.maintain import maintenance
+
+    location = tmp_path / "rmq.db" / T.TOPICS
+    for night in range(4):
+        write_deltalake(location, pa.table({"snapshot_id": ["n1"] * 3,
+                                            "value": [night * 10 + i for i in range(3)]}),
+                        partition_by=["snapshot_id"], mode="append",
+                        configuration={"delta.deletedFileRetentionDuration": "interval 1 seconds"})
+    table = DeltaTable(str(location))
+    originals = {location / path
+                 for path in table.get_add_actions(flatten=True).column("path").to_pylist()}
+    table.optimize.compact()
+    time.sleep(1.5)
+    DeltaTable(str(location)).create_checkpoint()  # the four tombstones are not in it
+    days_ago = time.time() - 3 * 86400
+    for path in originals:
+        os.utime(path, (days_ago, days_ago))
+    inflight = location / "snapshot_id=n1" / "part-00000-inflight.zstd.parquet"
+    pq.write_table(pa.table({"value": [1]}), inflight)  # a load's file, not committed yet
+
+    row = maintenance._maintain_table(str(tmp_path), str(location), T.TOPICS,
+                                      POLICIES[T.TOPICS], NAME, time_travel_days=2)
+
+    assert row["files_vacuumed"] == 4
+    assert not any(path.exists() for path in originals)
+    assert inflight.exists()  # younger than time_travel_days: never removed
+    assert DeltaTable(str(location)).to_pyarrow_table().num_rows == 12

@@ -8,7 +8,14 @@
    (:mod:`jobs.maintain.compaction`), in the broker's own partitions (scope ``broker``) or
    across the table (scope ``table``);
 2. **VACUUM**: deletes files no version within ``time_travel_days`` refers to, so time
-   travel keeps working for that many days and storage stops growing with history;
+   travel keeps working for that many days and storage stops growing with history. It is
+   a *full* VACUUM (what Spark's is): every file the log does not name and older than
+   ``time_travel_days`` goes, not only those the tombstones still in the log name. A
+   checkpoint drops tombstones older than the table's ``delta.deletedFileRetentionDuration``
+   (a week), so with ``time_travel_days`` above that, or a night's maintenance a little
+   earlier than the night before's, delta-rs' default VACUUM would leave compacted-away
+   files on disk for ever. ``_``- and ``.``-prefixed directories (staging, scratch) are
+   never touched, and a load's files not committed yet are younger than a day;
 3. **checkpoint**: a checkpoint of the newest version, and log entries older than the
    table's log retention (Delta's default, 30 days) and behind a checkpoint are removed,
    so opening a table reads one checkpoint and a few commits, however old it is.
@@ -180,7 +187,7 @@ def _maintain_table(warehouse: str, location: str, name: str, policy: TablePolic
             table.update_incremental()
             row["files_vacuumed"] = len(table.vacuum(
                 retention_hours=round(time_travel_days * 24), dry_run=False,
-                enforce_retention_duration=False))
+                enforce_retention_duration=False, full=True))
             table.create_checkpoint()
             table.cleanup_metadata()
         else:
