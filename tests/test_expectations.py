@@ -33,6 +33,7 @@ from jobs.check.expectations import (
     observed_detail,
     offending_rows_query,
     run_expectations,
+    snapshot_rows,
     suite_for,
     suite_name,
 )
@@ -284,3 +285,25 @@ def test_a_rule_that_cannot_run_is_reported_with_its_error() -> None:
     counted = ExpectationValidationResult(success=False, result={
         "unexpected_count": 2, "element_count": 9, "partial_unexpected_list": ["a", "b"]})
     assert observed_detail(counted) == "2 of 9 rows unexpected, e.g. ['a', 'b']"
+
+
+def test_the_maintenance_batch_is_the_brokers_latest_run(clean: Run, tmp_path: Path) -> None:
+    """maintenance_runs has no snapshot: a night's check validates the broker's latest
+    maintenance run (the night before's), not the audit log's whole history."""
+    from jobs.lakehouse.tables import MAINTENANCE_RUNS
+    from jobs.maintain.maintenance import maintain_tables
+
+    warehouse = tmp_path / "wh"
+    shutil.copytree(clean.registry.warehouse, warehouse, ignore=shutil.ignore_patterns("_gx"))
+    registry = Registry(None, warehouse)
+    engine = DuckDbEngine(warehouse)
+    assert len(snapshot_rows(engine, registry, MAINTENANCE_RUNS, BROKER, SNAPSHOT)) == 0
+    runs = [maintain_tables(warehouse, BROKER) for _ in range(2)]
+    maintain_tables(warehouse, "another-broker")
+
+    batch = snapshot_rows(engine, registry, MAINTENANCE_RUNS, BROKER, SNAPSHOT)
+    latest = {row["run_id"] for row in runs[-1]}
+    assert len(latest) == 1
+    assert set(batch["run_id"]) == latest and set(batch["broker"]) == {BROKER}
+    assert sorted(batch["table_name"]) == sorted(row["table_name"] for row in runs[-1])
+    assert len(registry.read_arrow(MAINTENANCE_RUNS)) == 3 * len(batch)

@@ -58,7 +58,7 @@ from jobs.check.data_docs import DOCS_SITE, KEPT_RUNS, docs_index_page, keep_new
 from jobs.check.engines import LOCAL, CheckEngine, SparkEngine, to_duckdb
 from jobs.check.offline_docs import AssetsError, localize_site
 from jobs.lakehouse.contracts import Contract, quote_identifier
-from jobs.lakehouse.tables import LOAD_STATE, RETENTION_GAPS, TABLES, Registry
+from jobs.lakehouse.tables import LOAD_STATE, MAINTENANCE_RUNS, RETENTION_GAPS, TABLES, Registry
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -94,6 +94,8 @@ ARROW_ROWS = "rmq_arrow_rows"  # a pandas batch's attrs key: the Arrow rows it w
 # and a run loads one snapshot: its batch is the snapshot's runs, which keeps the night's
 # check from growing with the audit log.)
 BROKER_WIDE = frozenset({LOAD_STATE, RETENTION_GAPS})
+# maintenance_runs has no snapshot: a maintenance follows the broker's check, so a night's
+# check validates the broker's latest run (all its rows share a run_id), the night before's.
 # Contract SQL rules count offending rows; GX wants the rows. This shape is rewritten to
 # select the offending rows' keys, anything else is wrapped (see offending_rows_query).
 _COUNT_WHERE = re.compile(
@@ -268,17 +270,40 @@ def batch_filter(registry: Registry, table: str, broker: str,
 
     Facts are appended once, by the snapshot that first saw them (``first_snapshot_id``);
     state tables carry ``snapshot_id``; the BROKER_WIDE bookkeeping is keyed across
-    snapshots, so its batch is the whole broker.
+    snapshots, so its batch is the whole broker; maintenance_runs' is the broker's latest
+    run.
     """
     columns = {column.name for column in registry[table].contract.columns}
-    equal = {"broker": broker} if "broker" in columns else {}
-    if table not in BROKER_WIDE:
+    equal: dict[str, Any] = {"broker": broker} if "broker" in columns else {}
+    if table == MAINTENANCE_RUNS:
+        equal["run_id"] = latest_maintenance_run(registry, broker)
+    elif table not in BROKER_WIDE:
         # superseded rows belong to the snapshot that superseded them
         snapshot_column = next((c for c in ("superseded_in_snapshot_id", "first_snapshot_id",
                                             "snapshot_id") if c in columns), None)
         if snapshot_column:
             equal[snapshot_column] = snapshot_id
     return equal
+
+
+def latest_maintenance_run(registry: Registry, broker: str) -> str | None:
+    """The run_id of the broker's latest maintenance (None before its first). Reads two
+    columns of the broker's runs: the batch GX validates stays one run's rows, whatever
+    the audit log's length (it grows by a row per table per night)."""
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    from jobs.lakehouse.driver_rows import arrow_dataset, exists
+
+    location = registry[MAINTENANCE_RUNS].location
+    if not exists(location):
+        return None
+    runs = arrow_dataset(location).to_table(columns=["run_id", "started_at"],
+                                            filter=ds.field("broker") == broker)
+    if not runs.num_rows:
+        return None
+    return runs.column("run_id")[pc.index(runs.column("started_at"),
+                                          pc.max(runs.column("started_at")))].as_py()
 
 
 def snapshot_rows(engine: CheckEngine, registry: Registry, table: str, broker: str,
