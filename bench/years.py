@@ -35,6 +35,8 @@ Usage: python bench/years.py --series one [--nights 100] [--messages-per-night 5
                              [--wall-clock-retention]  # Delta's retentions by the wall clock
                              [--keep-nights 10,100] # copies of the warehouse after them
        python bench/years.py --queries-only WAREHOUSE   # the saved queries of a warehouse
+       python bench/years.py --series one --side-by-side 10,100 [--rounds 5]
+           # the check and the maintenance of two kept warehouses, alternately
 Results: .cache/bench/years/<series>.jsonl (a line per night) and a summary on stdout.
 See bench/README.md.
 """
@@ -256,6 +258,46 @@ def run_series(series: str, nights: int, per_night: int, work: Path,
     return results
 
 
+# --------------------------------------------------------------------------- side by side
+
+
+def side_by_side(series: str, nights: list[int], rounds: int) -> dict[int, dict[str, float]]:
+    """The check and the maintenance of the warehouses kept after ``nights``
+    (``--keep-nights``), run alternately (the order flips every round), each on a fresh
+    copy: a series' late nights meet a machine that may have slowed or sped up since its
+    early ones, which a line fitted through them takes for growth; nights run side by side
+    do not. Medians per night, seconds."""
+    import statistics
+    import tempfile
+
+    from check_cost import measure
+
+    from jobs.maintain.maintenance import maintain_tables
+
+    broker = f"years-{series}-0"
+    times: dict[int, dict[str, list[float]]] = {n: {"check": [], "maintain": []} for n in nights}
+    for round_ in range(rounds):
+        for night in (nights if round_ % 2 == 0 else list(reversed(nights))):
+            kept = ROOT / ".cache" / "bench" / "years" / f"{series}-night{night}" / "warehouse"
+            marks = measure(kept, broker, None, trace=False)
+            times[night]["check"].append(sum(m["seconds"] for m in marks))
+            with tempfile.TemporaryDirectory(prefix="years-maintain-") as scratch:
+                copy = Path(scratch) / "warehouse"
+                shutil.copytree(kept, copy)
+                clock = time.monotonic()
+                maintain_tables(copy, broker, progress=lambda _: None)
+                times[night]["maintain"].append(time.monotonic() - clock)
+    medians = {n: {step: round(statistics.median(values), 3) for step, values in by.items()}
+               for n, by in times.items()}
+    first, last = nights[0], nights[-1]
+    for step in ("check", "maintain"):
+        per_night = (medians[last][step] - medians[first][step]) / (last - first)
+        print(f"{step}: night {first} {medians[first][step]:.2f} s, night {last} "
+              f"{medians[last][step]:.2f} s (medians of {rounds}): "
+              f"{per_night * 1000:+.1f} ms per night")
+    return medians
+
+
 # --------------------------------------------------------------------------- summary
 
 
@@ -350,12 +392,19 @@ def main() -> None:
                         help="comma-separated nights after which the warehouse is copied to "
                              ".cache/bench/years/<series>-night<N>/warehouse")
     parser.add_argument("--queries-only", type=Path, metavar="WAREHOUSE")
+    parser.add_argument("--side-by-side", metavar="N,M",
+                        help="the check and maintenance of the warehouses kept after nights "
+                             "N and M, alternately")
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     if args.queries_only:
         print(json.dumps(query_seconds(args.queries_only.resolve()), indent=1))
         return
     if not args.series:
         parser.error("--series is required")
+    if args.side_by_side:
+        side_by_side(args.series, [int(n) for n in args.side_by_side.split(",")], args.rounds)
+        return
     name = args.series + ("-without-index" if args.without_index else "") \
         + ("-wall-clock" if args.wall_clock_retention else "")
     results = ROOT / ".cache" / "bench" / "years" / f"{name}.jsonl"
