@@ -62,9 +62,15 @@ SERIES = {"one": (1, 100), "five": (5, 20)}
 FIRST_NIGHT = datetime(2026, 1, 1, 2, tzinfo=UTC)
 STEPS = ("snapshot", "load", "check", "maintain", "clean_up")
 REPORTED_NIGHTS = (1, 10, 30, 100)
+RESULTS = ROOT / ".cache" / "bench" / "years"
 DAY_S = 86_400
 TOMBSTONE_NIGHTS = 7  # Delta's default delta.deletedFileRetentionDuration: a week
 TOMBSTONE_RETENTION = "delta.deletedFileRetentionDuration"
+
+
+def kept_warehouse(work: Path, night: int) -> Path:
+    """Where ``--keep-nights`` copies the series' warehouse after ``night``."""
+    return work.parent / f"{work.name}-night{night}" / "warehouse"
 
 
 def measured(night: int) -> bool:
@@ -121,6 +127,7 @@ class Calendar:
         self.warehouse = warehouse
         self.night_lengths: list[float] = []
         self.tombstone_retention: str | None = None
+        self._retained: set[Path] = set()  # tables whose tombstone retention is set
         self._night_began = time.monotonic()
 
     def end_night(self, night: int) -> None:
@@ -133,8 +140,9 @@ class Calendar:
             location = Path(T.table_location(self.warehouse, name))
             if location.exists():
                 self._age_a_day(location)
-                if night >= 3:
+                if night >= 3 and location not in self._retained:
                     self._set_tombstone_retention(location)
+                    self._retained.add(location)
         self._night_began = time.monotonic()
 
     @staticmethod
@@ -244,9 +252,9 @@ def run_series(series: str, nights: int, per_night: int, work: Path,
                 record["check_cost"] = measure(config.warehouse, config.brokers[0].name,
                                                snapshot_id)
             if night in keep_nights:  # for bench/check_cost.py and profiling, night by night
-                kept = work.parent / f"{work.name}-night{night}"
-                shutil.rmtree(kept, ignore_errors=True)
-                shutil.copytree(config.warehouse, kept / "warehouse")
+                kept = kept_warehouse(work, night)
+                shutil.rmtree(kept.parent, ignore_errors=True)
+                shutil.copytree(config.warehouse, kept)
             if calendar is not None:
                 calendar.end_night(night)
                 record["tombstone_retention"] = calendar.tombstone_retention
@@ -261,7 +269,8 @@ def run_series(series: str, nights: int, per_night: int, work: Path,
 # --------------------------------------------------------------------------- side by side
 
 
-def side_by_side(series: str, nights: list[int], rounds: int) -> dict[int, dict[str, float]]:
+def side_by_side(series: str, work: Path, nights: list[int], rounds: int
+                 ) -> dict[int, dict[str, float]]:
     """The check and the maintenance of the warehouses kept after ``nights``
     (``--keep-nights``), run alternately (the order flips every round), each on a fresh
     copy: a series' late nights meet a machine that may have slowed or sped up since its
@@ -278,7 +287,7 @@ def side_by_side(series: str, nights: list[int], rounds: int) -> dict[int, dict[
     times: dict[int, dict[str, list[float]]] = {n: {"check": [], "maintain": []} for n in nights}
     for round_ in range(rounds):
         for night in (nights if round_ % 2 == 0 else list(reversed(nights))):
-            kept = ROOT / ".cache" / "bench" / "years" / f"{series}-night{night}" / "warehouse"
+            kept = kept_warehouse(work, night)
             marks = measure(kept, broker, None, trace=False)
             times[night]["check"].append(sum(m["seconds"] for m in marks))
             with tempfile.TemporaryDirectory(prefix="years-maintain-") as scratch:
@@ -402,16 +411,16 @@ def main() -> None:
         return
     if not args.series:
         parser.error("--series is required")
-    if args.side_by_side:
-        side_by_side(args.series, [int(n) for n in args.side_by_side.split(",")], args.rounds)
-        return
     name = args.series + ("-without-index" if args.without_index else "") \
         + ("-wall-clock" if args.wall_clock_retention else "")
-    results = ROOT / ".cache" / "bench" / "years" / f"{name}.jsonl"
+    if args.side_by_side:
+        side_by_side(args.series, RESULTS / name,
+                     [int(n) for n in args.side_by_side.split(",")], args.rounds)
+        return
+    results = RESULTS / f"{name}.jsonl"
     if not args.summary_only:
         results = run_series(args.series, args.nights or SERIES[args.series][1],
-                             args.messages_per_night,
-                             ROOT / ".cache" / "bench" / "years" / name,
+                             args.messages_per_night, RESULTS / name,
                              index_files=not args.without_index,
                              calendar_retention=not args.wall_clock_retention,
                              keep_nights={int(n) for n in args.keep_nights.split(",") if n})
