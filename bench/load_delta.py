@@ -16,6 +16,7 @@ a fresh subprocess, interleaved, ``--repeat`` times:
   decode        rmqlib alone: the executors' code (scan_segment_arrow + to_messages) over
                 the same split ranges, one process, one core
   delta-rs      deltalake.write_deltalake of the Parquet rows, one process
+  in-process    the load with ``engine="local"``: the same tasks in this process, no JVM
 
 Experiments (not in the default set): ``pipeline-noop`` / ``pipeline-parquet`` /
 ``pipeline-delta`` build a decode DataFrame of the load's tasks (``mapInArrow``) and write
@@ -53,8 +54,8 @@ MIB = 1024 * 1024
 BROKER = "bench-broker"
 SNAPSHOT = "snap-1"
 SPAN_MS = 36 * 3600 * 1000  # store times of a whole store span 36 h: 3 UTC dates
-DEFAULT_MODES = ("load", "noop-rerun", "load-local1", "floor", "floor-local1", "decode",
-                 "delta-rs")
+DEFAULT_MODES = ("load", "noop-rerun", "load-local1", "in-process", "floor", "floor-local1",
+                 "decode", "delta-rs")
 SPARK_MODES = ("load", "load-local1", "noop-rerun", "floor", "floor-local1", "sweep",
                "pipeline-noop", "pipeline-parquet", "pipeline-delta")
 
@@ -77,6 +78,8 @@ VARIANTS: dict[str, dict] = {
     "batch4k": {"env": "batch=4096"},
     "batch64k": {"env": "batch=65536"},
     "lookupformer": {"env": "lookup-former"},
+    "deltarswriter": {"env": "deltars-writer"},
+    "former": {"env": "inprocess-former"},
     "nodict": {"conf": {"parquet.enable.dictionary": "false"}},
     # dictionary encoding off only for the columns whose values are (nearly) all distinct
     "nodict-unique": {"conf": {f"parquet.enable.dictionary#{column}": "false" for column in (
@@ -664,6 +667,37 @@ def deltars_child(mode: str, args: argparse.Namespace) -> dict[str, object]:
             "files": delta_files(location)}
 
 
+def in_process_child(mode: str, args: argparse.Namespace) -> dict[str, object]:
+    """The load as ``python -m jobs load --engine local`` runs it: no JVM (the tables are
+    created by delta-rs), the decode tasks and the writes in this process."""
+    from jobs.lakehouse import tables as T
+    from jobs.lakehouse.spark_session import SparkOnDemand
+    from jobs.lakehouse.tables import Registry
+    from jobs.load.job import LoadOptions, load_snapshot
+
+    _, variant = split_variant(mode)
+    if variant.get("env"):
+        sys.path.insert(0, str(ROOT / "bench" / "_patch"))
+        import sitecustomize  # noqa: F401  (applies RMQ_BENCH_PATCH)
+
+    def no_spark():  # type: ignore[no-untyped-def]
+        raise AssertionError("the in-process load started Spark")
+
+    registry = Registry(None, Path(args.work) / "warehouse")
+    monitor = TreeMonitor().start()
+    timed = _timed(monitor, lambda: load_snapshot(
+        SparkOnDemand(no_spark), BROKER, SNAPSHOT, args.store,
+        LoadOptions(split_bytes=args.split_mib * MIB, engine="local"), registry=registry))
+    summary = timed.pop("value")
+    for key in ("since_ms", "until_ms", "jvm_threads"):
+        timed.pop(key, None)
+    table = summary.results[T.MESSAGES]
+    return {"mode": mode, **timed, "records": table.rows, "bytes": table.bytes_read,
+            "messages_s": round(table.seconds, 2),
+            "table_seconds": {name: round(r.seconds, 2) for name, r in summary.results.items()},
+            "memory": monitor.finish(), "files": delta_files(registry[T.MESSAGES].location)}
+
+
 def child_main(args: argparse.Namespace) -> dict[str, object]:
     base, _ = split_variant(args.child)
     if base in SPARK_MODES:
@@ -672,6 +706,8 @@ def child_main(args: argparse.Namespace) -> dict[str, object]:
         return decode_child(args.child, args)
     if base == "delta-rs":
         return deltars_child(args.child, args)
+    if base == "in-process":
+        return in_process_child(args.child, args)
     raise ValueError(args.child)
 
 

@@ -21,6 +21,7 @@ from jobs.lakehouse.engine_choice import AUTO, LOCAL, MIB, SPARK, runs_in_proces
 from jobs.lakehouse.spark_session import SparkOnDemand
 from jobs.lakehouse.tables import Registry
 from jobs.load import fact_writers
+from jobs.load.decode_tasks import Task
 from jobs.load.job import LoadOptions, load_snapshot
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]
@@ -42,6 +43,19 @@ def test_auto_runs_in_process_exactly_up_to_the_limit(size: int, limit: int) -> 
 def test_an_unknown_engine_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="load engine 'duckdb': expected one of auto, local"):
         runs_in_process("load", "duckdb", 0, 1)
+
+
+@given(weights=st.lists(st.integers(min_value=0, max_value=200), max_size=30),
+       split=st.integers(min_value=1, max_value=300), threads=st.integers(1, 4))
+def test_in_process_threads_take_every_task_once_and_a_small_night_is_one_attempt(
+        weights: list[int], split: int, threads: int) -> None:
+    tasks = [Task(f"t{i}", "commitlog", "p", "p", 0, w) for i, w in enumerate(weights)]
+    groups = fact_writers.InProcessFacts(split, threads).groups(tasks)
+    assert sorted(t.task_id for g in groups for t in g) == sorted(t.task_id for t in tasks)
+    if sum(weights) < split:
+        assert len(groups) == 1  # one attempt: a file per partition, not one per thread
+    else:
+        assert 1 <= len(groups) <= threads
 
 
 def _no_spark() -> object:

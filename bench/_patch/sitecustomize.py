@@ -10,6 +10,11 @@ Comma-separated items:
 * ``lookup-former``  message_lookup's rows derived as before: a DISTINCT over them all
   (each row is now made distinct at its source) and ``broker`` among the sort columns
   (constant in a load): what both cost the driver
+* ``deltars-writer``  staged files written by delta-rs' ``write_deltalake`` (a scratch table
+  per task attempt) as before 2026-11-29, in place of pyarrow's writer: what the writer
+  costs
+* ``inprocess-former``  the in-process load's facts streamed by delta-rs' ``write_deltalake``
+  into the table in one append (before 2026-11-29), in place of staged pyarrow files
 
 Without ``RMQ_BENCH_PATCH`` this module does nothing.
 """
@@ -44,9 +49,56 @@ def _apply(spec: str) -> None:
                     "lookup_value, physical_offset", "lookup_value, broker, physical_offset")
 
             lookup_rows.lookup_sql = former
+        elif item == "deltars-writer":
+            _former_staging_writer()
+        elif item == "inprocess-former":
+            _former_in_process_append()
         else:
             raise ValueError(f"unknown RMQ_BENCH_PATCH item {item!r}")
 
 
+def _former_staging_writer() -> None:
+    import uuid
+
+    import pyarrow as pa
+
+    from jobs.lakehouse import staged_append
+    from jobs.load import fact_writers
+
+    def stage(batches, area, layout):  # type: ignore[no-untyped-def]
+        from deltalake import write_deltalake
+        from deltalake.writer import WriterProperties
+
+        area = staged_append._table(area)
+        attempt = area / uuid.uuid4().hex
+        reader = pa.RecordBatchReader.from_batches(layout.schema, iter(batches))
+        write_deltalake(str(attempt), reader,
+                        partition_by=list(layout.partition_by) or None,
+                        configuration=dict(layout.configuration) or None,
+                        target_file_size=layout.target_file_bytes,
+                        writer_properties=WriterProperties(compression=layout.compression))
+        prefix = f"{staged_append.STAGING}/{area.name}/{attempt.name}"
+        return [{**add, "path": f"{prefix}/{add['path']}"}
+                for add in staged_append.logged_adds(attempt)]
+
+    staged_append.stage = fact_writers.stage = stage
+
+
 if _SPEC:
     _apply(_SPEC)
+
+
+def _former_in_process_append() -> None:
+    import pyarrow as pa
+    from deltalake.writer import WriterProperties
+
+    from jobs.lakehouse.driver_rows import append_rows_once
+    from jobs.load import fact_writers
+
+    def append(self, location, contract, tasks, context, app_id, version):  # type: ignore[no-untyped-def]
+        rows = pa.RecordBatchReader.from_batches(contract.arrow_schema(),
+                                                 fact_writers._decoded(tasks, context))
+        append_rows_once(location, contract, rows, app_id, version,
+                         writer_properties=WriterProperties(compression="ZSTD"))
+
+    fact_writers.InProcessFacts.append = append

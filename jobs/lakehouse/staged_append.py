@@ -3,14 +3,15 @@
 Spark's Delta writer costs several times the CPU the rows need (bench/README.md, "Big
 nights"): every row crosses from the Python worker into the JVM and through Spark's own
 Parquet writer, and each executor's commit protocol runs a job of its own. Here a task
-writes its rows where it runs, with delta-rs' Parquet writer (the in-process load's: the
-same row groups, compression and file statistics), and hands back only its files' add
-actions; the driver commits them in one Delta transaction:
+writes its rows where it runs, with pyarrow's Parquet writer (the table's partitioning,
+compression and file statistics; jobs.lakehouse.parquet_files), and hands back only its
+files' add actions; the driver commits them in one Delta transaction:
 
-1. :func:`stage` (in a task): the task's batches become a throw-away Delta table in a
-   directory of its own under ``<table>/_rmq_staging/<append>/``: partitioned, with the
-   table's statistics settings, so delta-rs derives each file's statistics as it does for
-   the table itself. It returns the files' add actions, paths relative to the table.
+1. :func:`stage` (in a task): pyarrow writes the task's batches as Parquet files in a
+   directory of its own under ``<table>/_rmq_staging/<append>/``, in the table's partition
+   directories; delta-rs derives each file's statistics from its footer, with the table's
+   statistics settings, as it does for the table's own files. It returns the files' add
+   actions, paths relative to the table.
 2. :func:`commit_staged` (the driver, once per table and append): unless the table has
    already seen the append's transaction ``(app_id, version)`` (a re-run after a crash),
    it moves the files of the attempts Spark accepted into the table's partition
@@ -28,6 +29,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -36,13 +39,14 @@ from typing import Any
 
 import pyarrow as pa
 
+from jobs.lakehouse.contracts import STATS_COLUMNS
 from jobs.lakehouse.driver_rows import commit_once, committed
 from jobs.lakehouse.locations import (
     Location,
-    delta_storage_options,
     open_delta_table,
     warehouse_location,
 )
+from jobs.lakehouse.parquet_files import add_actions, logged_adds, write_partitioned
 
 STAGING = "_rmq_staging"
 MOVED = "moved.json"
@@ -73,33 +77,36 @@ def staging_dir(location: str | Path | Location, app_id: str, version: int) -> L
 def stage(batches: Iterable[pa.RecordBatch], area: str | Location, layout: StagedLayout
           ) -> list[dict[str, Any]]:
     """Write ``batches`` as Parquet files in a new attempt directory under ``area`` and
-    return their add actions (``path`` relative to ``area``'s table). No rows: []."""
-    from deltalake import write_deltalake
-    from deltalake.writer import WriterProperties
+    return their add actions (``path`` relative to ``area``'s table). No rows: [].
 
+    pyarrow writes the files (jobs.lakehouse.parquet_files: the table's partition
+    directories, zstd, statistics on the table's statistics columns) and delta-rs derives
+    the add actions from their footers. In a bucket the files are written in a local
+    scratch directory first and uploaded (retried as every obstore request is)."""
     area = _table(area)
     attempt = area / uuid.uuid4().hex
-    reader = pa.RecordBatchReader.from_batches(layout.schema, iter(batches))
-    write_deltalake(str(attempt), reader, partition_by=list(layout.partition_by) or None,
-                    configuration=dict(layout.configuration) or None,
-                    target_file_size=layout.target_file_bytes,
-                    writer_properties=WriterProperties(compression=layout.compression),
-                    storage_options=delta_storage_options(attempt))
+    scratch = attempt.path if area.is_local else Path(tempfile.mkdtemp(prefix="rmq-stage-"))
+    try:
+        write_partitioned(batches, layout.schema, layout.partition_by, scratch,
+                          layout.target_file_bytes, parquet_options(layout))
+        adds = add_actions(scratch, layout.schema, layout.partition_by, layout.configuration)
+        if not area.is_local:
+            for add in adds:
+                (attempt / add["path"]).put_file(scratch / add["path"])
+    finally:
+        if not area.is_local:
+            shutil.rmtree(scratch, ignore_errors=True)
     prefix = f"{STAGING}/{area.name}/{attempt.name}"
-    return [{**add, "path": f"{prefix}/{add['path']}"} for add in logged_adds(attempt)]
+    return [{**add, "path": f"{prefix}/{add['path']}"} for add in adds]
 
 
-def logged_adds(table_dir: Path | Location) -> list[dict[str, Any]]:
-    """The add actions in the JSON commits of a scratch table's log (a staging table or a
-    merge's converted directory: a commit or two, never checkpointed), as written."""
-    log = _table(table_dir) / "_delta_log"
-    adds = []
-    for commit in sorted(f.relative for f in log.files() if f.relative.endswith(".json")):
-        for line in (log / commit).read_text().splitlines():
-            action = json.loads(line)
-            if "add" in action:
-                adds.append(action["add"])
-    return adds
+def parquet_options(layout: StagedLayout) -> dict[str, Any]:
+    """pyarrow's writer settings for ``layout``: its compression, and column statistics
+    where Delta's file statistics are taken from (every column when the table does not
+    name its statistics columns)."""
+    named = layout.configuration.get(STATS_COLUMNS)
+    columns = [c.strip() for c in named.split(",") if c.strip()] if named else None
+    return {"compression": layout.compression.lower(), "write_statistics": columns or True}
 
 
 def statistics_settings(configuration: Mapping[str, str | None]) -> dict[str, str | None]:

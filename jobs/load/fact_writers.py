@@ -1,15 +1,16 @@
 """Where a load's decode tasks run, and how their rows reach the fact tables.
 
 * :class:`SparkFacts`: the tasks become an RDD of task groups; each executor task decodes
-  its group and writes the rows as Parquet files itself (delta-rs' writer, as in process),
-  returning only their add actions, which the driver commits once
-  (jobs.lakehouse.staged_append). For nights with much to read: the cores of a cluster;
-  rows never pass through the driver or the JVM.
-* :class:`InProcessFacts`: the same task code runs in this process, and delta-rs streams
-  its RecordBatches into the table. For nights with little to read (a nothing-new night
-  reads a few KiB of queue tails): no JVM to start, no job to plan, no Python workers.
+  its group and writes the rows as Parquet files itself, returning only their add actions.
+  For nights with much to read: the cores of a cluster; rows never pass through the
+  driver or the JVM.
+* :class:`InProcessFacts`: the same task code runs in this process and writes its files
+  the same way, as one attempt. For nights with little to read (a nothing-new night reads
+  a few KiB of queue tails): no JVM to start, no job to plan, no Python workers.
 
-Both append once per ``(app_id, snapshot sequence)``: the commit carries Delta's
+Both write with one writer (jobs.lakehouse.staged_append: pyarrow's Parquet files, the
+statistics delta-rs derives from their footers) and commit once per ``(app_id, snapshot
+sequence)`` through delta-rs (:func:`append_staged`): the commit carries Delta's
 transaction action (``txn``), and an append whose version the table has already seen is
 skipped, whichever of the two wrote it. The rows are the same (tests/test_load_engines.py
 loads every real-broker store both ways and compares the tables). Which one a load uses
@@ -18,14 +19,13 @@ is :func:`fact_writer`'s choice, from ``load_engine`` and ``local_load_up_to_mib
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
-import pyarrow as pa
-from deltalake.writer import WriterProperties
-
-from jobs.lakehouse.driver_rows import append_rows_once, committed
+from jobs.lakehouse.driver_rows import committed
 from jobs.lakehouse.engine_choice import LOCAL, SPARK, runs_in_process
 from jobs.lakehouse.locations import open_delta_table
 from jobs.lakehouse.staged_append import (
@@ -37,8 +37,10 @@ from jobs.lakehouse.staged_append import (
     statistics_settings,
 )
 from jobs.load.decode_tasks import DecodeContext, Task, run_task
+from jobs.maintain.policy import POLICIES
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark import RDD
     from pyspark.sql import SparkSession
 
@@ -66,30 +68,58 @@ def fact_writer(setting: str, planned_bytes: int, up_to_mib: int, split_bytes: i
     """The writer ``setting`` (auto, local or spark) asks for, for a plan of
     ``planned_bytes``; ``spark`` starts the session only when Spark is chosen."""
     if runs_in_process("load", setting, planned_bytes, up_to_mib):
-        return InProcessFacts()
+        return InProcessFacts(split_bytes)
     return SparkFacts(spark(), split_bytes)
 
 
 class InProcessFacts:
-    """Decode in this process; delta-rs writes the stream of batches."""
+    """Decode in this process and stage the rows as the executors do: a thread per core,
+    each staging a group of tasks (pyarrow's writer and compression release the GIL)."""
 
     name = LOCAL
 
+    def __init__(self, split_bytes: int, threads: int | None = None) -> None:
+        self.split_bytes = split_bytes
+        self.threads = threads or min(4, os.cpu_count() or 1)
+
     def append(self, location: str, contract: Contract, tasks: list[Task],
                context: DecodeContext, app_id: str, version: int) -> None:
-        # Skipped when an earlier attempt committed it (its reports are recomputed if gone);
-        # the stream is only decoded when it is written. zstd, as Spark writes the facts.
-        rows = pa.RecordBatchReader.from_batches(contract.arrow_schema(),
-                                                 _decoded(tasks, context))
-        append_rows_once(location, contract, rows, app_id, version,
-                         writer_properties=WriterProperties(compression="ZSTD"))
+        # the stream is only decoded when it is written: skipped when an earlier attempt
+        # committed it (its reports are recomputed if gone)
+        def in_threads(area: str, layout: StagedLayout) -> list[dict]:
+            groups = self.groups(tasks)
+            with ThreadPoolExecutor(max_workers=len(groups)) as pool:
+                staged = pool.map(lambda group: stage(_decoded(group, context), area, layout),
+                                  groups)
+                return [add for adds in staged for add in adds]
+
+        append_staged(location, contract, app_id, version, in_threads)
+
+    def groups(self, tasks: list[Task]) -> list[list[Task]]:
+        """One group (a thread, files as large as the table's target) below a split's worth
+        of bytes, a group per thread above: a small night stays one attempt."""
+        total = sum(t.weight for t in tasks)
+        count = 1 if total < self.split_bytes else self.threads
+        return pack_tasks(tasks, -(-total // count), count) or [[]]
 
     def run_for_reports(self, tasks: list[Task], context: DecodeContext) -> None:
         for _ in _decoded(tasks, context):
             pass
 
     def describe(self, tasks: list[Task]) -> str:
-        return "in this process"
+        return f"in this process ({len(self.groups(tasks))} thread(s))"
+
+
+def append_staged(location: str, contract: Contract, app_id: str, version: int,
+                  write: Callable[[str, StagedLayout], list[dict]]) -> None:
+    """The append ``(app_id, version)`` of the files ``write(area, layout)`` stages,
+    committed once by this process; nothing is written when the table has it already
+    (as Delta's own txn check did) and what an earlier attempt left is cleared first."""
+    if committed(location, app_id, version):
+        return
+    clear_staging(location, app_id, version)
+    adds = write(str(staging_dir(location, app_id, version)), staged_layout(location, contract))
+    commit_staged(location, app_id, version, adds)
 
 
 def _decoded(tasks: list[Task], context: DecodeContext) -> Iterator[pa.RecordBatch]:
@@ -108,16 +138,12 @@ class SparkFacts:
 
     def append(self, location: str, contract: Contract, tasks: list[Task],
                context: DecodeContext, app_id: str, version: int) -> None:
-        # An append the table has seen is skipped before anything is decoded (its reports
-        # are recomputed by the load if gone), as Delta's own txn check did.
-        if committed(location, app_id, version):
-            return
-        clear_staging(location, app_id, version)
-        area = str(staging_dir(location, app_id, version))
-        layout = staged_layout(location, contract)
-        staged = self.task_groups(tasks).mapPartitions(
-            _staged_files(area, layout, on_executors(context))).collect()
-        commit_staged(location, app_id, version, [add for adds in staged for add in adds])
+        def on_executors_staged(area: str, layout: StagedLayout) -> list[dict]:
+            staged = self.task_groups(tasks).mapPartitions(
+                _staged_files(area, layout, on_executors(context))).collect()
+            return [add for adds in staged for add in adds]
+
+        append_staged(location, contract, app_id, version, on_executors_staged)
 
     def run_for_reports(self, tasks: list[Task], context: DecodeContext) -> None:
         self.task_groups(tasks).foreach(_reports_only(on_executors(context)))
@@ -161,9 +187,11 @@ def pack_tasks(tasks: list[Task], target_bytes: int, min_groups: int) -> list[li
 
 def staged_layout(location: str, contract: Contract) -> StagedLayout:
     """How the tasks write ``location``'s files: the contract's columns and partitioning,
-    the table's own statistics settings, zstd as the in-process load writes."""
+    the table's own statistics settings, files of the size its compaction leaves alone
+    (a night in process is one attempt: without it one file per partition)."""
     return StagedLayout(contract.arrow_schema(), tuple(contract.partition_columns),
-                        statistics_settings(open_delta_table(location).metadata().configuration))
+                        statistics_settings(open_delta_table(location).metadata().configuration),
+                        target_file_bytes=POLICIES[contract.table].target_file_bytes)
 
 
 def _staged_files(area: str, layout: StagedLayout, context: DecodeContext

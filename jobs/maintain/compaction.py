@@ -45,7 +45,8 @@ from pathlib import Path
 from typing import Any
 
 from jobs.lakehouse.locations import Location
-from jobs.lakehouse.staged_append import logged_adds, statistics_settings
+from jobs.lakehouse.parquet_files import DEFAULT_OPTIONS, add_actions, write_in_order
+from jobs.lakehouse.staged_append import statistics_settings
 
 SCRATCH_PREFIX = ".compaction-"
 # Rows per row group of a merged file. A merge concatenates nights in load order, so each
@@ -180,9 +181,10 @@ def merge_files(table: Any, location: str | Path, group: Sequence[DataFile], sco
     try:
         rows = ds.dataset(_readable(location, group, inputs), schema=data_schema,
                           format="parquet").scanner(use_threads=False).to_reader()
-        _write_in_order(rows, scratch, target_file_bytes,
-                        {**DEFAULT_PARQUET_OPTIONS, **(parquet_options or {})})
-        written = _statistics_of(scratch, _statistics_settings(table))
+        write_in_order(rows, rows.schema, scratch, target_file_bytes,
+                       {**DEFAULT_OPTIONS, "row_group_size": ROW_GROUP_ROWS,
+                        **(parquet_options or {})})
+        written = add_actions(scratch, data_schema, (), _statistics_settings(table))
         _check_every_row_written(group, written)
         directory = Path(group[0].path).parent
         partition = dict(group[0].partition)
@@ -238,76 +240,6 @@ def _commit(table: Any, group: Sequence[DataFile], actions: list[Any],
             live = {f.path for f in data_files(table)}
             if attempt + 1 == COMMIT_ATTEMPTS or any(f.path not in live for f in group):
                 raise
-
-
-# zstd, as the loads write the facts (and delta-rs' own OPTIMIZE); row groups of
-# ROW_GROUP_ROWS rows unless the options say otherwise (_write_in_order).
-DEFAULT_PARQUET_OPTIONS: dict[str, Any] = {"compression": "zstd"}
-
-
-def _write_in_order(rows: Any, directory: Path, target_file_bytes: int,
-                    options: Mapping[str, Any]) -> None:
-    """Write the stream's rows in order into Parquet files of about ``target_file_bytes``
-    (a file is closed once it reaches it), in row groups of ``row_group_size`` rows.
-
-    Written with pyarrow rather than delta-rs' writer: delta-rs plans a write as a
-    DataFusion query whose partitions interleave the stream's batches, so a merged file's
-    row groups would each span the whole range of the nights merged."""
-    import pyarrow as pa
-
-    group_rows = options.get("row_group_size", ROW_GROUP_ROWS)
-    files = _RollingParquetFiles(directory, rows.schema, target_file_bytes,
-                                 {k: v for k, v in options.items() if k != "row_group_size"})
-    buffered: list[Any] = []
-    pending = 0
-    for batch in rows:  # streamed: at most a row group and a batch in memory
-        buffered.append(batch)
-        pending += batch.num_rows
-        if pending >= group_rows:
-            chunk = pa.Table.from_batches(buffered, rows.schema)
-            whole = pending - pending % group_rows
-            files.write(chunk.slice(0, whole), group_rows)
-            buffered, pending = chunk.slice(whole).to_batches(), pending - whole
-    if pending:
-        files.write(pa.Table.from_batches(buffered, rows.schema), group_rows)
-    files.close()
-
-
-class _RollingParquetFiles:
-    """Parquet files in one directory, a new one begun once the current reaches the
-    target size."""
-
-    def __init__(self, directory: Path, schema: Any, target_bytes: int,
-                 writer_options: Mapping[str, Any]) -> None:
-        self.directory, self.schema, self.target_bytes = directory, schema, target_bytes
-        self.writer_options = writer_options
-        self.writer: Any = None
-        self.path: Path | None = None
-
-    def write(self, rows: Any, row_group_rows: int) -> None:
-        import pyarrow.parquet as pq
-
-        if self.writer is None:
-            self.path = self.directory / f"part-00000-{uuid.uuid4()}-c000.zstd.parquet"
-            self.writer = pq.ParquetWriter(self.path, self.schema, **self.writer_options)
-        self.writer.write_table(rows, row_group_size=row_group_rows)
-        if self.path is not None and self.path.stat().st_size >= self.target_bytes:
-            self.close()
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-            self.writer = None
-
-
-def _statistics_of(directory: Path, settings: Mapping[str, str | None]) -> list[dict]:
-    """Add actions (path, size, statistics) for the Parquet files in ``directory``, as
-    delta-rs derives them from each file's footer (``convert_to_deltalake`` does, the same
-    way its writer does for the files it writes)."""
-    from deltalake import convert_to_deltalake
-
-    convert_to_deltalake(str(directory), configuration=dict(settings) or None)
-    return logged_adds(directory)
 
 
 class CompactionError(RuntimeError):
