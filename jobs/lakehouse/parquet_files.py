@@ -158,7 +158,7 @@ def _split_by_partition(batch: pa.RecordBatch, partition_by: tuple[str, ...]
 
 def partition_path(partition_by: tuple[str, ...], values: tuple) -> str:
     """``col=value/...`` as Delta writers name partition directories. Partition columns
-    are dates or numbers here (data_contracts/README.md), whose text needs no escaping."""
+    are dates, numbers or hex digits here (data_contracts/README.md): no escaping."""
     parts = []
     for name, value in zip(partition_by, values, strict=True):
         if value is None:

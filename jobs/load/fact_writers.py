@@ -20,10 +20,10 @@ is :func:`fact_writer`'s choice, from ``load_engine`` and ``local_load_up_to_mib
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from jobs.lakehouse.driver_rows import committed
 from jobs.lakehouse.engine_choice import LOCAL, SPARK, runs_in_process
@@ -97,10 +97,11 @@ class InProcessFacts:
 
     def groups(self, tasks: list[Task]) -> list[list[Task]]:
         """One group (a thread, files as large as the table's target) below a split's worth
-        of bytes, a group per thread above: a small night stays one attempt."""
+        of bytes, a group per thread above: a small night stays one attempt. Each group is
+        a run of consecutive tasks, so its files cover a contiguous stretch of offsets
+        (their statistics skip as one writer's would)."""
         total = sum(t.weight for t in tasks)
-        count = 1 if total < self.split_bytes else self.threads
-        return pack_tasks(tasks, -(-total // count), count) or [[]]
+        return consecutive_groups(tasks, 1 if total < self.split_bytes else self.threads)
 
     def run_for_reports(self, tasks: list[Task], context: DecodeContext) -> None:
         for _ in _decoded(tasks, context):
@@ -111,15 +112,18 @@ class InProcessFacts:
 
 
 def append_staged(location: str, contract: Contract, app_id: str, version: int,
-                  write: Callable[[str, StagedLayout], list[dict]]) -> None:
+                  write: Callable[[str, StagedLayout], list[dict]],
+                  options: Mapping[str, Any] | None = None) -> bool:
     """The append ``(app_id, version)`` of the files ``write(area, layout)`` stages,
     committed once by this process; nothing is written when the table has it already
-    (as Delta's own txn check did) and what an earlier attempt left is cleared first."""
+    (as Delta's own txn check did: False) and what an earlier attempt left is cleared
+    first. ``options``: the table's own Parquet settings (jobs.lakehouse.message_lookup)."""
     if committed(location, app_id, version):
-        return
+        return False
     clear_staging(location, app_id, version)
-    adds = write(str(staging_dir(location, app_id, version)), staged_layout(location, contract))
-    commit_staged(location, app_id, version, adds)
+    adds = write(str(staging_dir(location, app_id, version)),
+                 staged_layout(location, contract, options))
+    return commit_staged(location, app_id, version, adds)
 
 
 def _decoded(tasks: list[Task], context: DecodeContext) -> Iterator[pa.RecordBatch]:
@@ -185,13 +189,28 @@ def pack_tasks(tasks: list[Task], target_bytes: int, min_groups: int) -> list[li
     return [sorted(g, key=lambda t: order[t.task_id]) for g in groups if g]
 
 
-def staged_layout(location: str, contract: Contract) -> StagedLayout:
+def consecutive_groups(tasks: list[Task], count: int) -> list[list[Task]]:
+    """``tasks`` in their order, cut into at most ``count`` runs of about equal weight."""
+    total = sum(t.weight for t in tasks)
+    groups: list[list[Task]] = [[]]
+    done = 0
+    for task in tasks:
+        if groups[-1] and len(groups) < count and done >= total * len(groups) / count:
+            groups.append([])
+        groups[-1].append(task)
+        done += task.weight
+    return groups
+
+
+def staged_layout(location: str, contract: Contract,
+                  options: Mapping[str, Any] | None = None) -> StagedLayout:
     """How the tasks write ``location``'s files: the contract's columns and partitioning,
     the table's own statistics settings, files of the size its compaction leaves alone
     (a night in process is one attempt: without it one file per partition)."""
     return StagedLayout(contract.arrow_schema(), tuple(contract.partition_columns),
                         statistics_settings(open_delta_table(location).metadata().configuration),
-                        target_file_bytes=POLICIES[contract.table].target_file_bytes)
+                        target_file_bytes=POLICIES[contract.table].target_file_bytes,
+                        options=dict(options or {}))
 
 
 def _staged_files(area: str, layout: StagedLayout, context: DecodeContext
