@@ -84,10 +84,6 @@ def _former_staging_writer() -> None:
     staged_append.stage = fact_writers.stage = stage
 
 
-if _SPEC:
-    _apply(_SPEC)
-
-
 def _former_in_process_append() -> None:
     import pyarrow as pa
     from deltalake.writer import WriterProperties
@@ -102,3 +98,8 @@ def _former_in_process_append() -> None:
                          writer_properties=WriterProperties(compression="ZSTD"))
 
     fact_writers.InProcessFacts.append = append
+
+
+if _SPEC:
+    _apply(_SPEC)
+

@@ -20,10 +20,10 @@ is :func:`fact_writer`'s choice, from ``load_engine`` and ``local_load_up_to_mib
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from jobs.lakehouse.driver_rows import committed
 from jobs.lakehouse.engine_choice import LOCAL, SPARK, runs_in_process
@@ -112,17 +112,15 @@ class InProcessFacts:
 
 
 def append_staged(location: str, contract: Contract, app_id: str, version: int,
-                  write: Callable[[str, StagedLayout], list[dict]],
-                  options: Mapping[str, Any] | None = None) -> bool:
+                  write: Callable[[str, StagedLayout], list[dict]]) -> bool:
     """The append ``(app_id, version)`` of the files ``write(area, layout)`` stages,
     committed once by this process; nothing is written when the table has it already
     (as Delta's own txn check did: False) and what an earlier attempt left is cleared
-    first. ``options``: the table's own Parquet settings (jobs.lakehouse.message_lookup)."""
+    first."""
     if committed(location, app_id, version):
         return False
     clear_staging(location, app_id, version)
-    adds = write(str(staging_dir(location, app_id, version)),
-                 staged_layout(location, contract, options))
+    adds = write(str(staging_dir(location, app_id, version)), staged_layout(location, contract))
     return commit_staged(location, app_id, version, adds)
 
 
@@ -202,15 +200,13 @@ def consecutive_groups(tasks: list[Task], count: int) -> list[list[Task]]:
     return groups
 
 
-def staged_layout(location: str, contract: Contract,
-                  options: Mapping[str, Any] | None = None) -> StagedLayout:
+def staged_layout(location: str, contract: Contract) -> StagedLayout:
     """How the tasks write ``location``'s files: the contract's columns and partitioning,
     the table's own statistics settings, files of the size its compaction leaves alone
     (a night in process is one attempt: without it one file per partition)."""
     return StagedLayout(contract.arrow_schema(), tuple(contract.partition_columns),
                         statistics_settings(open_delta_table(location).metadata().configuration),
-                        target_file_bytes=POLICIES[contract.table].target_file_bytes,
-                        options=dict(options or {}))
+                        target_file_bytes=POLICIES[contract.table].target_file_bytes)
 
 
 def _staged_files(area: str, layout: StagedLayout, context: DecodeContext

@@ -4,9 +4,7 @@ Derived from the ``messages`` rows just committed rather than decoded a second t
 message rows already say everything a lookup needs, and deriving works the same whether
 Spark or this process decoded them. DuckDB reads only this broker's new files (chosen by
 the Delta log's statistics, :func:`~jobs.lakehouse.driver_rows.arrow_dataset`), unnests
-keys, computes the md5 bucket and sorts by value; the stream is written in that order by
-pyarrow (row groups of sorted values, a Bloom filter each) and committed by delta-rs, as
-the load's facts are (jobs.load.fact_writers.append_staged).
+keys, computes the md5 bucket and sorts by value; delta-rs appends the stream.
 
 Which snapshots still need rows is kept by Delta itself: the append records the
 transaction ``(rmq-lookup/<broker>, snapshot seq)``, and a load derives the rows of every
@@ -24,12 +22,10 @@ from pathlib import Path
 import pyarrow as pa
 
 from jobs.lakehouse import tables as T
-from jobs.lakehouse.driver_rows import arrow_dataset, sql_text
+from jobs.lakehouse.driver_rows import append_rows_once, arrow_dataset, sql_text
 from jobs.lakehouse.locations import Location, open_delta_table
-from jobs.lakehouse.message_lookup import KEY, MSG_ID, POSITION, app_id, parquet_options
-from jobs.lakehouse.staged_append import stage
+from jobs.lakehouse.message_lookup import KEY, MSG_ID, POSITION, app_id, writer_properties
 from jobs.lakehouse.tables import Registry
-from jobs.load.fact_writers import append_staged
 
 BATCH_ROWS = 256 * 1024
 # Records a consume queue never lists (a half message; a rollback marker) have no position.
@@ -110,8 +106,9 @@ def write_lookup_rows(registry: Registry, broker: str, seq: int) -> LookupWrite:
                 done.rows += batch.num_rows
                 yield batch.cast(schema)
 
-        append_staged(target.location, target.contract, app_id(broker), seq,
-                      lambda area, layout: stage(typed(), area, layout), parquet_options())
+        append_rows_once(target.location, target.contract,
+                         pa.RecordBatchReader.from_batches(schema, typed()), app_id(broker),
+                         seq, writer_properties=writer_properties())
     return done
 
 
