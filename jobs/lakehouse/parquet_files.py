@@ -25,6 +25,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from jobs.lakehouse.locations import Location
+
 #: Rows per row group unless a table's options say otherwise: each row group has its own
 #: statistics, so a reader of a stretch of offsets or nights skips the rest of the file.
 ROW_GROUP_ROWS = 128 * 1024
@@ -104,19 +106,9 @@ def write_partitioned(rows: Iterable[pa.RecordBatch], schema: pa.Schema,
                       partition_by: tuple[str, ...], directory: Path,
                       target_file_bytes: int | None, options: Mapping[str, Any]) -> int:
     """Write ``rows`` (of ``schema``, partition columns included) into Hive-style partition
-    directories under ``directory`` (``store_date=2026-01-01/``), the partition columns
-    left out of the files as Delta lays them out. Returns the number of rows written."""
-    if not partition_by:
-        written = 0
-
-        def counted() -> Iterable[pa.RecordBatch]:
-            nonlocal written
-            for batch in rows:
-                written += batch.num_rows
-                yield batch
-
-        write_in_order(counted(), schema, directory, target_file_bytes, options)
-        return written
+    directories under ``directory`` (``store_date=2026-01-01/``; ``directory`` itself
+    without partition columns), the partition columns left out of the files as Delta lays
+    them out. Returns the number of rows written."""
     data_schema = pa.schema([f for f in schema if f.name not in partition_by])
     open_files: dict[tuple, RollingParquetFiles] = {}
     written = 0
@@ -141,8 +133,7 @@ def _split_by_partition(batch: pa.RecordBatch, partition_by: tuple[str, ...]
     if not batch.num_rows:
         return
     keys = [batch.column(name) for name in partition_by]
-    if all(pc.min_max(key)["min"] == pc.min_max(key)["max"] and key.null_count == 0
-           for key in keys):
+    if all(key.null_count == 0 and pc.count_distinct(key).as_py() == 1 for key in keys):
         yield tuple(key[0].as_py() for key in keys), batch
         return
     table = pa.Table.from_batches([batch])
@@ -157,8 +148,9 @@ def _split_by_partition(batch: pa.RecordBatch, partition_by: tuple[str, ...]
 
 
 def partition_path(partition_by: tuple[str, ...], values: tuple) -> str:
-    """``col=value/...`` as Delta writers name partition directories. Partition columns
-    are dates, numbers or hex digits here (data_contracts/README.md): no escaping."""
+    """``col=value/...`` as Delta writers name partition directories ("" for none).
+    Partition columns are dates, numbers or hex digits here (data_contracts/README.md): no
+    escaping."""
     parts = []
     for name, value in zip(partition_by, values, strict=True):
         if value is None:
@@ -186,16 +178,12 @@ def add_actions(directory: Path, schema: pa.Schema, partition_by: tuple[str, ...
     return logged_adds(directory)
 
 
-def logged_adds(table_dir: Path | Any) -> list[dict[str, Any]]:
+def logged_adds(table_dir: Path | Location) -> list[dict[str, Any]]:
     """The add actions in the JSON commits of a scratch table's log (a commit or two,
-    never checkpointed), as written. ``table_dir``: a local path or a Location."""
-    log = table_dir / "_delta_log"
-    if isinstance(log, Path):
-        commits = sorted(p.name for p in log.glob("*.json"))
-    else:
-        commits = sorted(f.relative for f in log.files() if f.relative.endswith(".json"))
+    never checkpointed), as written."""
+    log = Location(str(table_dir)) / "_delta_log"
     adds = []
-    for commit in commits:
+    for commit in sorted(f.relative for f in log.files() if f.relative.endswith(".json")):
         for line in (log / commit).read_text().splitlines():
             action = json.loads(line)
             if "add" in action:

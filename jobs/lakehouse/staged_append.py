@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import tempfile
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -85,7 +84,7 @@ def stage(batches: Iterable[pa.RecordBatch], area: str | Location, layout: Stage
     scratch directory first and uploaded (retried as every obstore request is)."""
     area = _table(area)
     attempt = area / uuid.uuid4().hex
-    scratch = attempt.path if area.is_local else Path(tempfile.mkdtemp(prefix="rmq-stage-"))
+    scratch = area.scratch_directory(attempt.name)  # the attempt itself on a local disk
     try:
         write_partitioned(batches, layout.schema, layout.partition_by, scratch,
                           layout.target_file_bytes, parquet_options(layout))

@@ -86,12 +86,11 @@ class InProcessFacts:
                context: DecodeContext, app_id: str, version: int) -> None:
         # the stream is only decoded when it is written: skipped when an earlier attempt
         # committed it (its reports are recomputed if gone)
-        def in_threads(area: str, layout: StagedLayout) -> list[dict]:
+        def in_threads(area: str, layout: StagedLayout) -> list[list[dict]]:
             groups = self.groups(tasks)
             with ThreadPoolExecutor(max_workers=len(groups)) as pool:
-                staged = pool.map(lambda group: stage(_decoded(group, context), area, layout),
-                                  groups)
-                return [add for adds in staged for add in adds]
+                return list(pool.map(
+                    lambda group: stage(_decoded(group, context), area, layout), groups))
 
         append_staged(location, contract, app_id, version, in_threads)
 
@@ -112,16 +111,17 @@ class InProcessFacts:
 
 
 def append_staged(location: str, contract: Contract, app_id: str, version: int,
-                  write: Callable[[str, StagedLayout], list[dict]]) -> bool:
-    """The append ``(app_id, version)`` of the files ``write(area, layout)`` stages,
-    committed once by this process; nothing is written when the table has it already
-    (as Delta's own txn check did: False) and what an earlier attempt left is cleared
-    first."""
+                  write: Callable[[str, StagedLayout], list[list[dict]]]) -> None:
+    """The append ``(app_id, version)`` of the files ``write(area, layout)`` stages (the
+    add actions of each attempt it accepts), committed once by this process; nothing is
+    written when the table has it already (as Delta's own txn check did) and what an
+    earlier attempt left is cleared first."""
     if committed(location, app_id, version):
-        return False
+        return
     clear_staging(location, app_id, version)
-    adds = write(str(staging_dir(location, app_id, version)), staged_layout(location, contract))
-    return commit_staged(location, app_id, version, adds)
+    attempts = write(str(staging_dir(location, app_id, version)),
+                     staged_layout(location, contract))
+    commit_staged(location, app_id, version, [add for adds in attempts for add in adds])
 
 
 def _decoded(tasks: list[Task], context: DecodeContext) -> Iterator[pa.RecordBatch]:
@@ -140,10 +140,9 @@ class SparkFacts:
 
     def append(self, location: str, contract: Contract, tasks: list[Task],
                context: DecodeContext, app_id: str, version: int) -> None:
-        def on_executors_staged(area: str, layout: StagedLayout) -> list[dict]:
-            staged = self.task_groups(tasks).mapPartitions(
+        def on_executors_staged(area: str, layout: StagedLayout) -> list[list[dict]]:
+            return self.task_groups(tasks).mapPartitions(
                 _staged_files(area, layout, on_executors(context))).collect()
-            return [add for adds in staged for add in adds]
 
         append_staged(location, contract, app_id, version, on_executors_staged)
 
