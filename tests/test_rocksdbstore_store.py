@@ -55,6 +55,13 @@ TIMELINE_CHECKPOINT = b"timeline_checkpoint"
 #: ``timerPrecisionMs`` (5.5.0 default): TIMER_OUT_MS is floored to it, one timeline window.
 PRECISION_MS = 1000
 DECIDED = ("commit", "rollback", "unknown-commit", "unknown-rollback")
+#: ERROR lines a clean shutdown may log that are its own order's races, not the store's (each
+#: seen in CI): a held pull request handed to a Netty event loop already closed; and
+#: ``BrokerController``'s every-5-s ``brokerOuterAPI.refreshMetadata()`` (a name-server call),
+#: whose executor ``shutdownBasicService`` stops only after the remoting server, the transaction
+#: services and the timer store: on a loaded machine the calls in between fail or time out (CI
+#: logged two, 125 ms apart, with the name server still up: the harness stops it after the broker).
+SHUTDOWN_RACES = ("rejectedExecution", "ScheduledTask refresh metadata exception")
 
 
 # --------------------------------------------------------------------------- reading
@@ -83,6 +90,11 @@ class Truth:
                     if "Shutdown hook was invoked" in line)
         errors = [(i, line) for i, line in enumerate(self.broker_log) if " ERROR " in line]
         return [e for i, e in errors if i < hook], [e for i, e in errors if i > hook]
+
+    def with_next_line(self, lines: list[str]) -> list[str]:
+        """Each line with the one after it (an ERROR's exception): for assertion messages."""
+        at = {line: i for i, line in enumerate(self.broker_log)}
+        return [" | ".join(self.broker_log[at[line]:at[line] + 2]) for line in lines]
 
     def plan(self, *plans: str) -> list[dict]:
         return [t for t in self.transactions if t["plan"] in plans]
@@ -238,12 +250,11 @@ def test_the_run_did_what_the_scenario_plans(truth: Truth) -> None:
             assert t["plan"] == "immune"
             assert t["userProperties"]["CHECK_IMMUNITY_TIME_IN_SECONDS"] == "3600"
             assert not checks and t["outcome"] == "pending"
-    # No error while it ran. Shutting down, the broker may still hand a held pull request to a
-    # Netty event loop already closed ("rejectedExecution ... Event loop shut down?", seen once
-    # in CI): a race in its shutdown order, logged after the hook began, not a store error.
+    # No error while it ran; after the shutdown hook began, only its networking's known races.
     before, after = truth.errors_logged()
     assert before == []
-    assert all("rejectedExecution" in line for line in after), after
+    unexpected = [line for line in after if not any(race in line for race in SHUTDOWN_RACES)]
+    assert not unexpected, truth.with_next_line(unexpected)
 
 
 def test_rocksdbstore_is_flushed_with_three_column_families(store: Store) -> None:

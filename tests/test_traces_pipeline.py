@@ -159,7 +159,7 @@ def test_every_consumption_the_listeners_saw_is_traced_once(loaded: Registry,
 
 
 def _percentile(values: list[int], q: float) -> float:
-    return round(float(np.percentile(values, q * 100, method="linear")), 1)
+    return round(float(np.percentile(values, q * 100, method="linear")), 2)
 
 
 def test_the_consume_latency_query_equals_the_latencies_of_the_truths_consumptions(

@@ -4,6 +4,8 @@
 -- failed ones. The hour is the consumption's end (UTC). Trace rows of every broker are joined
 -- by msgId (a trace topic may live on another broker than the message it traces);
 -- consumptions whose send was not traced, or whose client wrote no end time, are left out.
+-- Percentiles are rounded at two decimals: of whole milliseconds they are exact there, so
+-- every engine gives the same value (at one decimal, ties fall each engine's own way).
 -- params: since
 -- default: since = last 7 days of message_traces.store_date
 WITH traces AS (
@@ -28,9 +30,9 @@ latencies AS (
 )
 SELECT group_name, hour, count(*) AS consumptions,
        sum(CASE WHEN success THEN 0 ELSE 1 END) AS failed,
-       round(percentile_cont(0.5) WITHIN GROUP (ORDER BY latency_ms), 1) AS p50_ms,
-       round(percentile_cont(0.95) WITHIN GROUP (ORDER BY latency_ms), 1) AS p95_ms,
-       round(percentile_cont(0.99) WITHIN GROUP (ORDER BY latency_ms), 1) AS p99_ms,
+       round(percentile_cont(0.5) WITHIN GROUP (ORDER BY latency_ms), 2) AS p50_ms,
+       round(percentile_cont(0.95) WITHIN GROUP (ORDER BY latency_ms), 2) AS p95_ms,
+       round(percentile_cont(0.99) WITHIN GROUP (ORDER BY latency_ms), 2) AS p99_ms,
        max(latency_ms) AS max_ms
 FROM latencies
 GROUP BY group_name, hour
