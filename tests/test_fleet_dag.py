@@ -17,7 +17,7 @@ from s3_server import serving_bucket
 from test_fleet import DRIVER_MEMORY, FLEET
 
 from jobs.lakehouse import tables as T
-from jobs.lakehouse.locations import Location
+from jobs.lakehouse.locations import Location, open_delta_table
 from jobs.lakehouse.spark_session import DRIVER_MEMORY_ENV
 from jobs.lakehouse.tables import table_location
 from jobs.snapshot.bucket import MIRROR_ENV
@@ -26,6 +26,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.broker]
 
 
 POOL, SLOTS = "rmq_spark", 2
+WAREHOUSE = "s3://lake/warehouse"
 
 
 def test_a_scheduled_dag_run_of_four_brokers_keeps_to_the_spark_pool(  # type: ignore[no-untyped-def]
@@ -63,7 +64,8 @@ def test_a_scheduled_dag_run_over_a_cluster_a_dledger_and_a_rocksdb_broker(  # t
         cluster_store, dledger5_store, rocksdb_store, tmp_path: Path):
     """``rmq_nightly`` over the real 5.5.0 cluster (two masters and a slave, their stores as
     the brokers left them at s2) and a DLedger broker beside it, under the scheduler, with
-    the snapshots in a bucket of the local S3 server: the brokers' task groups run side by
+    the snapshots and the warehouse in a bucket of the local S3 server (the reports in
+    ``checks_output`` beside it): the brokers' task groups run side by
     side (LocalExecutor), then the cluster's stage; Diff Total per group equals what
     ``consumerProgress`` printed, the slave is a copy of its master (compared from the
     snapshots read back from the bucket), the DLedger broker's night loads every entry's
@@ -80,14 +82,19 @@ def test_a_scheduled_dag_run_over_a_cluster_a_dledger_and_a_rocksdb_broker(  # t
                for b in json.loads((truth / "brokers.json").read_text())]
     brokers.append({"name": "broker-dledger", "store": str(dledger5_store / "store")})
     brokers.append({"name": "broker-rocksdb", "store": str(rocksdb_store / "store")})
+    reports = tmp_path / "checks"
     with serving_bucket(tmp_path / "s3", "lake"), \
             deployment(tmp_path, brokers, POOL, SLOTS,
                        {MIRROR_ENV: str(tmp_path / "mirror")},
-                       {"snapshot_root": "s3://lake/snapshots"}) as airflow:
+                       {"snapshot_root": "s3://lake/snapshots", "warehouse": WAREHOUSE,
+                        "checks_output": str(reports)}) as airflow:
         run = airflow.run("rmq_nightly", datetime(2026, 11, 24, 2, tzinfo=UTC), 1200)
         logs = airflow.log_tail("scheduler")
         published = {b["name"]: (Location("s3://lake/snapshots") / b["name"]).directories()
                      for b in brokers}
+        tables = {name: open_delta_table(table_location(WAREHOUSE, name)).to_pyarrow_table()
+                  for name in (T.CLUSTER_LAG, T.REPLICA_STATUS, T.MESSAGES, T.QUEUE_ENTRIES,
+                               T.CHECK_RESULTS)}
     states = {(t.task_id, t.map_index): t.state for t in run.tasks}
     # the tasks that did not succeed first: a long message is cut at its end
     assert run.state == "success", ({k: v for k, v in states.items() if v != "success"},
@@ -98,27 +105,26 @@ def test_a_scheduled_dag_run_over_a_cluster_a_dledger_and_a_rocksdb_broker(  # t
         == "success"
     assert 1 <= run.most_at_once(POOL) <= SLOTS
     assert published == {b["name"]: ["2026-11-24T0200Z", "objects"] for b in brokers}
-    assert not (tmp_path / "snapshots").exists()
-    warehouse = tmp_path / "warehouse"
-    lag = DeltaTable(str(table_location(warehouse, T.CLUSTER_LAG))).to_pyarrow_table()
+    assert not (tmp_path / "snapshots").exists() and not (tmp_path / "warehouse").exists()
+    lag = tables[T.CLUSTER_LAG]
     totals = {r["group_name"]: r["diff_total"] for r in lag.to_pylist() if r["level"] == "group"}
     progress = [json.loads(line) for line in (truth / "consumer_progress_s2.jsonl").open()]
     assert {p["group"]: totals[p["group"]] for p in progress} == \
         {p["group"]: p["diffTotal"] for p in progress}
-    replica = DeltaTable(str(table_location(warehouse, T.REPLICA_STATUS))).to_pyarrow_table()
+    replica = tables[T.REPLICA_STATUS]
     assert [(r["broker"], r["state"], r["lag_bytes"]) for r in replica.to_pylist()] == \
         [("broker-a-s1", "in_sync", 0)]
-    pages = list((warehouse / "_checks" / "reports").glob("cluster:RmqCluster/*.html"))
+    pages = list((reports / "reports").glob("cluster:RmqCluster/*.html"))
     assert len(pages) == 1
-    messages = DeltaTable(str(table_location(warehouse, T.MESSAGES))).to_pyarrow_table()
+    messages = tables[T.MESSAGES]
     loaded = sorted(r["physical_offset"] for r in messages.to_pylist()
                     if r["broker"] == "broker-dledger")
     entries = scan_dledger(dledger5_store / "store" / "dledger-n0" / "data")
     assert loaded == [record.physical_offset for _, record in entries]
-    units = DeltaTable(str(table_location(warehouse, T.QUEUE_ENTRIES))).to_pyarrow_table()
+    units = tables[T.QUEUE_ENTRIES]
     loaded_units = sum(1 for r in units.to_pylist() if r["broker"] == "broker-rocksdb")
     assert loaded_units == read_queues(rocksdb_store / "store" / "consumequeue").units
-    results = DeltaTable(str(table_location(warehouse, T.CHECK_RESULTS))).to_pyarrow_table()
+    results = tables[T.CHECK_RESULTS]
     assert [(r["broker"], r["check_name"]) for r in results.to_pylist()
             if r["broker"] in ("broker-dledger", "broker-rocksdb")
             and r["severity"] == "error"] == []
