@@ -29,7 +29,7 @@ from jobs.lakehouse.spark_session import SparkOnDemand
 from jobs.lakehouse.tables import Registry, table_location
 from jobs.load import job
 from jobs.load.job import load_snapshot
-from jobs.load.lookup_rows import LookupWrite, write_lookup_rows
+from jobs.load.lookup_rows import LookupWrite
 from jobs.query import lookup, narrowing
 from jobs.query.local_engine import LocalEngine
 from jobs.query.saved import saved_query
@@ -224,47 +224,6 @@ def test_a_message_not_yet_in_the_lookup_table_is_still_found_and_caught_up(
     assert set(indexed) == set(GROWING)
     narrowed, full, _, _ = narrowed_and_full(engine, "message_by_msg_id", {"msg_id": msg_id})
     assert narrowed == full and {r["msg_id"] for r in narrowed} == {msg_id}
-
-
-@pytest.mark.parametrize("engine", ["threads", pytest.param("spark", marks=pytest.mark.spark)])
-def test_lookup_rows_derived_by_many_tasks_are_one_sorted_file_per_bucket(
-        engine, growing_store, tmp_path, request) -> None:  # type: ignore[no-untyped-def]
-    """The lookup rows of a night derived by several tasks (three threads, or Spark's
-    executors), each from its own messages files: exactly the rows one DuckDB query over
-    all the night's files derives, and one file per bucket, sorted by value (the tasks'
-    pieces were sorted per bucket): a lookup still opens one file per bucket and night."""
-    from jobs.load.fact_writers import InProcessFacts, SparkFacts
-    from jobs.load.lookup_rows import lookup_sql, new_files_where, pending_snapshots
-
-    with pytest.MonkeyPatch.context() as patch:  # the night's messages, no lookup rows yet
-        patch.setattr(job, "write_lookup_rows", lambda *_args: LookupWrite())
-        load_in_process(tmp_path, "g", "s1", growing_store / "snapshots" / "s1" / "store")
-    registry = Registry(None, tmp_path)
-    assert pending_snapshots(registry, "g", 1) == ["s1"]
-    writer = InProcessFacts(1, threads=3) if engine == "threads" else \
-        SparkFacts(request.getfixturevalue("spark"), 1)
-    written = write_lookup_rows(registry, "g", 1, writer, split_bytes=1)
-    assert written.groups > 1 and written.snapshots == ["s1"]
-
-    import duckdb
-
-    messages = arrow_dataset(table_location(tmp_path, T.MESSAGES),
-                             new_files_where("g", ["s1"]))
-    with duckdb.connect() as connection:
-        connection.register("messages", messages)
-        expected = connection.sql(lookup_sql("g", ["s1"])).to_arrow_table()
-    lookup_files = arrow_dataset(table_location(tmp_path, T.MESSAGE_LOOKUP)).get_fragments()
-    per_bucket: Counter[str] = Counter()
-    got = []
-    for fragment in lookup_files:
-        rows = fragment.to_table(schema=expected.schema).to_pylist()
-        per_bucket[rows[0]["lookup_bucket"]] += 1
-        order = [(r["lookup_value"], r["physical_offset"], r["inner_index"]) for r in rows]
-        assert order == sorted(order), fragment.path
-        got += rows
-    assert written.rows == len(got) == expected.num_rows > 0
-    assert as_json(got) == as_json(expected.to_pylist())
-    assert set(per_bucket.values()) == {1} and len(per_bucket) == 16
 
 
 def test_every_message_row_has_its_lookup_rows(warehouse) -> None:  # type: ignore[no-untyped-def]

@@ -32,7 +32,7 @@ import re
 import shutil
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +61,6 @@ class StagedLayout:
     configuration: Mapping[str, str]  # the table's delta.dataSkipping* settings
     target_file_bytes: int | None = None
     compression: str = "ZSTD"
-    #: The table's own writer settings beyond these (message_lookup: row groups, Bloom filter)
-    options: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _table(location: str | Path | Location) -> Location:
@@ -102,13 +100,12 @@ def stage(batches: Iterable[pa.RecordBatch], area: str | Location, layout: Stage
 
 
 def parquet_options(layout: StagedLayout) -> dict[str, Any]:
-    """pyarrow's writer settings for ``layout``: its compression, column statistics where
-    Delta's file statistics are taken from (every column when the table does not name its
-    statistics columns), and the table's own options."""
+    """pyarrow's writer settings for ``layout``: its compression, and column statistics
+    where Delta's file statistics are taken from (every column when the table does not
+    name its statistics columns)."""
     named = layout.configuration.get(STATS_COLUMNS)
     columns = [c.strip() for c in named.split(",") if c.strip()] if named else None
-    return {"compression": layout.compression.lower(), "write_statistics": columns or True,
-            **layout.options}
+    return {"compression": layout.compression.lower(), "write_statistics": columns or True}
 
 
 def statistics_settings(configuration: Mapping[str, str | None]) -> dict[str, str | None]:

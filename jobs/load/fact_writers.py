@@ -23,7 +23,7 @@ import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol
 
 from jobs.lakehouse.driver_rows import committed
 from jobs.lakehouse.engine_choice import LOCAL, SPARK, runs_in_process
@@ -37,7 +37,7 @@ from jobs.lakehouse.staged_append import (
     statistics_settings,
 )
 from jobs.load.decode_tasks import DecodeContext, Task, run_task
-from jobs.maintain.policy import POLICIES, parquet_options
+from jobs.maintain.policy import POLICIES
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -46,21 +46,10 @@ if TYPE_CHECKING:
 
     from jobs.lakehouse.contracts import Contract
 
-G = TypeVar("G")  # a group of work (tasks, files) that runs as one
-
-
 class FactWriter(Protocol):
     """Decode tasks into a fact table, once per (app_id, version)."""
 
     name: str
-
-    @property
-    def parallelism(self) -> int:
-        """How many groups of work run at once."""
-
-    def run_groups(self, groups: list[G], work: Callable[[G], list[dict]]) -> list[list[dict]]:
-        """``work`` (picklable: it may run on an executor) of each group, at once where the
-        writer runs its tasks; each returns the add actions of the files it staged."""
 
     def append(self, location: str, contract: Contract, tasks: list[Task],
                context: DecodeContext, app_id: str, version: int) -> None:
@@ -93,22 +82,17 @@ class InProcessFacts:
         self.split_bytes = split_bytes
         self.threads = threads or min(4, os.cpu_count() or 1)
 
-    @property
-    def parallelism(self) -> int:
-        return self.threads
-
     def append(self, location: str, contract: Contract, tasks: list[Task],
                context: DecodeContext, app_id: str, version: int) -> None:
         # the stream is only decoded when it is written: skipped when an earlier attempt
         # committed it (its reports are recomputed if gone)
-        append_staged(location, contract, app_id, version, lambda area, layout: self.run_groups(
-            self.groups(tasks), staged_decode(area, layout, context)))
+        def in_threads(area: str, layout: StagedLayout) -> list[list[dict]]:
+            groups = self.groups(tasks)
+            with ThreadPoolExecutor(max_workers=len(groups)) as pool:
+                return list(pool.map(
+                    lambda group: stage(_decoded(group, context), area, layout), groups))
 
-    def run_groups(self, groups: list[G], work: Callable[[G], list[dict]]) -> list[list[dict]]:
-        if len(groups) <= 1:
-            return [work(group) for group in groups]
-        with ThreadPoolExecutor(max_workers=len(groups)) as pool:
-            return list(pool.map(work, groups))
+        append_staged(location, contract, app_id, version, in_threads)
 
     def groups(self, tasks: list[Task]) -> list[list[Task]]:
         """One group (a thread, files as large as the table's target) below a split's worth
@@ -154,21 +138,13 @@ class SparkFacts:
     def __init__(self, spark: SparkSession, split_bytes: int) -> None:
         self.spark, self.split_bytes = spark, split_bytes
 
-    @property
-    def parallelism(self) -> int:
-        return self.spark.sparkContext.defaultParallelism
-
     def append(self, location: str, contract: Contract, tasks: list[Task],
                context: DecodeContext, app_id: str, version: int) -> None:
-        append_staged(location, contract, app_id, version, lambda area, layout: self.run_groups(
-            self.groups(tasks), staged_decode(area, layout, on_executors(context))))
+        def on_executors_staged(area: str, layout: StagedLayout) -> list[list[dict]]:
+            return self.task_groups(tasks).mapPartitions(
+                _staged_files(area, layout, on_executors(context))).collect()
 
-    def run_groups(self, groups: list[G], work: Callable[[G], list[dict]]) -> list[list[dict]]:
-        """One Spark task per group, on the executors."""
-        if not groups:
-            return []
-        return self.spark.sparkContext.parallelize(groups, max(1, len(groups))).map(
-            work).collect()
+        append_staged(location, contract, app_id, version, on_executors_staged)
 
     def run_for_reports(self, tasks: list[Task], context: DecodeContext) -> None:
         self.task_groups(tasks).foreach(_reports_only(on_executors(context)))
@@ -212,20 +188,14 @@ def pack_tasks(tasks: list[Task], target_bytes: int, min_groups: int) -> list[li
 
 def consecutive_groups(tasks: list[Task], count: int) -> list[list[Task]]:
     """``tasks`` in their order, cut into at most ``count`` runs of about equal weight."""
-    return consecutive_weights(tasks, [t.weight for t in tasks], count)
-
-
-def consecutive_weights(items: list[G], weights: list[int], count: int) -> list[list[G]]:
-    """``items`` in their order, cut into at most ``count`` runs of about equal weight: a
-    run ends before the item whose middle lies past the run's share."""
-    total = sum(weights)
-    groups: list[list[G]] = [[]]
+    total = sum(t.weight for t in tasks)
+    groups: list[list[Task]] = [[]]
     done = 0
-    for item, weight in zip(items, weights, strict=True):
-        if groups[-1] and len(groups) < count and done + weight / 2 > total * len(groups) / count:
+    for task in tasks:
+        if groups[-1] and len(groups) < count and done >= total * len(groups) / count:
             groups.append([])
-        groups[-1].append(item)
-        done += weight
+        groups[-1].append(task)
+        done += task.weight
     return groups
 
 
@@ -235,17 +205,17 @@ def staged_layout(location: str, contract: Contract) -> StagedLayout:
     (a night in process is one attempt: without it one file per partition)."""
     return StagedLayout(contract.arrow_schema(), tuple(contract.partition_columns),
                         statistics_settings(open_delta_table(location).metadata().configuration),
-                        target_file_bytes=POLICIES[contract.table].target_file_bytes,
-                        options=parquet_options(contract.table))
+                        target_file_bytes=POLICIES[contract.table].target_file_bytes)
 
 
-def staged_decode(area: str, layout: StagedLayout, context: DecodeContext
-                  ) -> Callable[[list[Task]], list[dict]]:
-    """The work of a group of tasks, wherever it runs: decode them and stage their rows as
-    files; returns the files' add actions."""
+def _staged_files(area: str, layout: StagedLayout, context: DecodeContext
+                  ) -> Callable[[Iterator[list[Task]]], Iterator[list[dict]]]:
+    """The function each Spark partition (a group of tasks) runs: decode its tasks and
+    stage their rows as files; yields the files' add actions."""
 
-    def run(tasks: list[Task]) -> list[dict]:
-        return stage(_decoded(tasks, context), area, layout)
+    def run(groups: Iterator[list[Task]]) -> Iterator[list[dict]]:
+        for tasks in groups:
+            yield stage(_decoded(tasks, context), area, layout)
 
     return run
 
@@ -260,5 +230,5 @@ def _reports_only(context: DecodeContext) -> Callable[[list[Task]], None]:
     return run
 
 
-__all__ = ["FactWriter", "InProcessFacts", "SparkFacts", "append_staged", "consecutive_weights",
+__all__ = ["FactWriter", "InProcessFacts", "SparkFacts",
            "fact_writer", "pack_tasks"]

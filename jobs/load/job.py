@@ -357,16 +357,14 @@ class SnapshotLoad:
         """message_lookup rows of the new messages (and of any earlier snapshot of the
         broker still without them: a crash, or the first load after an upgrade)."""
         clock = time.monotonic()
-        written = write_lookup_rows(self.registry, self.broker, self.seq, self.fact_writer(),
-                                    self.options.split_bytes)
+        written = write_lookup_rows(self.registry, self.broker, self.seq)
         result = TableResult(T.MESSAGE_LOOKUP, rows=written.rows)
         if not written.snapshots:
             result.outcome, result.detail = "skipped", "already written by an earlier attempt"
         elif written.snapshots != [self.snapshot_id]:
             result.detail = "derived for snapshot(s) " + ", ".join(written.snapshots)
         result.seconds = time.monotonic() - clock
-        self.progress(f"{T.MESSAGE_LOOKUP}: {written.rows} row(s) in {result.seconds:.1f} s "
-                      f"({written.groups} task(s))")
+        self.progress(f"{T.MESSAGE_LOOKUP}: {written.rows} row(s) in {result.seconds:.1f} s")
         self.summary.results[T.MESSAGE_LOOKUP] = result
 
     def fact_writer(self) -> FactWriter:

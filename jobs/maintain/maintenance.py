@@ -40,6 +40,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from jobs.lakehouse import message_lookup
 from jobs.lakehouse import tables as T
 from jobs.lakehouse.contracts import load_contract
 from jobs.lakehouse.driver_rows import append_rows, exists
@@ -54,11 +55,14 @@ from jobs.maintain.compaction import (
     merge_files,
     merge_plan,
 )
-from jobs.maintain.policy import BROKER, POLICIES, TablePolicy, parquet_options
+from jobs.maintain.policy import BROKER, POLICIES, TablePolicy
 
 log = logging.getLogger(__name__)
 
 DONE, SKIPPED = "done", "skipped"
+# Parquet settings a table's files are written with, when not the merges' defaults: the
+# compaction rewrites them the same way.
+PARQUET_OPTIONS = {T.MESSAGE_LOOKUP: message_lookup.parquet_options}
 DEFAULT_TIME_TRAVEL_DAYS = 7.0
 
 
@@ -134,11 +138,12 @@ def _compact(table: Any, location: str, name: str, policy: TablePolicy, broker: 
 
     scope = broker if policy.scope == BROKER else "table"
     clear_scratch(location, scope)
+    layout = PARQUET_OPTIONS.get(name)
     notes: list[str] = []
     for group in compactions(table, policy, broker):
         try:
             written = merge_files(table, location, group, scope, policy.target_file_bytes,
-                                  parquet_options(name))
+                                  layout() if layout else None)
         except (CommitFailedError, CompactionError) as error:
             notes.append(f"compaction of {len(group)} files not committed ({error}); "
                          "the next maintenance plans again")

@@ -31,9 +31,7 @@ merges eight of a tier at a time: a lookup reads few files either way.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from jobs.lakehouse import message_lookup
 from jobs.lakehouse import tables as T
 from jobs.maintain.compaction import TieredPolicy
 
@@ -84,10 +82,3 @@ POLICIES: dict[str, TablePolicy] = {
     T.ALERTS: _PER_BROKER,
     T.REPLICA_STATUS: _PER_BROKER, T.CLUSTER_LAG: _STATE,
 }
-
-
-def parquet_options(table: str) -> dict[str, Any]:
-    """pyarrow's writer settings of ``table``'s files where they are not the defaults, the
-    same for the files a load writes and those its compaction merges: message_lookup's row
-    groups and Bloom filter (jobs/lakehouse/message_lookup.py)."""
-    return message_lookup.parquet_options() if table == T.MESSAGE_LOOKUP else {}
