@@ -73,19 +73,22 @@ class Throttle:
     down_at: re.Pattern[bytes] | None = None
     outage: Path | None = None  # exists while the store is "down"
     down_for: int | None = None  # requests the store is away for (None: until restored)
+    down_at_match: int = 1  # the store goes away at this match of ``down_at`` (1: the first)
     lose_answer_at: re.Pattern[bytes] | None = None  # done by the server, answer lost (once)
     counts: Counts = field(default_factory=Counts)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def is_down(self, request_line: bytes) -> bool:
-        """Whether the store is away for this request (and count it if so); the first
-        request matching ``down_at`` takes it away, for ``down_for`` requests or until
-        the test restores it."""
+        """Whether the store is away for this request (and count it if so); the
+        ``down_at_match``-th request matching ``down_at`` takes it away, for ``down_for``
+        requests or until the test restores it."""
         with self.lock:
             if self.down_at is not None and self.down_at.search(request_line):
-                self.down_at = None  # once
-                assert self.outage is not None
-                self.outage.touch()
+                self.down_at_match -= 1
+                if self.down_at_match == 0:
+                    self.down_at = None  # once
+                    assert self.outage is not None
+                    self.outage.touch()
             if self.outage is not None and self.outage.exists():
                 self.counts.dropped += 1
                 if self.down_for is not None and self.counts.dropped >= self.down_for:
@@ -266,17 +269,19 @@ class Proxy:
 @contextmanager
 def faulty_proxy(upstream_port: int, work: Path, rate: float = 0.0, seed: int = 0,
                  down_at: str | None = None, down_for: int | None = None,
-                 lose_answer_at: str | None = None) -> Iterator[Proxy]:
+                 lose_answer_at: str | None = None, down_at_match: int = 1
+                 ) -> Iterator[Proxy]:
     """A proxy process on a free loopback port in front of ``upstream_port``, answering a
     share ``rate`` of requests with SlowDown, losing the server's answer to the first
-    request matching ``lose_answer_at``, and taking the store away at the first
-    request matching ``down_at`` (for ``down_for`` requests, or until
+    request matching ``lose_answer_at``, and taking the store away at the
+    ``down_at_match``-th request matching ``down_at`` (for ``down_for`` requests, or until
     :meth:`Proxy.restore`); its files (counts, the outage flag) go in ``work``."""
     port = free_port()
     counts, outage = work / f"proxy-{port}.json", work / f"proxy-{port}.down"
     process = subprocess.Popen([sys.executable, __file__, str(port), str(upstream_port),
                                 str(rate), str(seed), str(counts), str(outage),
-                                down_at or "", str(down_for or ""), lose_answer_at or ""])
+                                down_at or "", str(down_for or ""), lose_answer_at or "",
+                                str(down_at_match)])
     proxy = Proxy(f"http://127.0.0.1:{port}", outage)
     try:
         wait_for_port(port, process, 15)
@@ -290,12 +295,14 @@ def faulty_proxy(upstream_port: int, work: Path, rate: float = 0.0, seed: int = 
 
 def main() -> None:
     """``python tests/s3_throttle.py PORT UPSTREAM_PORT RATE SEED COUNTS OUTAGE DOWN_AT
-    DOWN_FOR LOSE_ANSWER_AT``: serve until SIGTERM, then write the counts to COUNTS."""
-    port, upstream, rate, seed, counts, outage, down_at, down_for, lose = sys.argv[1:]
+    DOWN_FOR LOSE_ANSWER_AT DOWN_AT_MATCH``: serve until SIGTERM, then write the counts to
+    COUNTS."""
+    port, upstream, rate, seed, counts, outage, down_at, down_for, lose, match = sys.argv[1:]
     throttle = Throttle(float(rate), int(seed), outage=Path(outage),
                         down_at=re.compile(down_at.encode()) if down_at else None,
                         down_for=int(down_for) if down_for else None,
-                        lose_answer_at=re.compile(lose.encode()) if lose else None)
+                        lose_answer_at=re.compile(lose.encode()) if lose else None,
+                        down_at_match=int(match))
     server = _ProxyServer(int(port), int(upstream), throttle)
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
     server.serve_forever()

@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -424,3 +425,55 @@ def test_a_vacuum_cut_off_leaves_the_table_whole_and_its_rerun_finishes(
         _maintain_table(bucket, location, T.MESSAGES, POLICIES[T.MESSAGES], "b1", 0)
     assert stored() == named()
     assert delta_rows(location) == delta_rows(table_location(local, T.MESSAGES))
+
+
+def test_a_vacuum_cut_off_between_its_delete_batches_is_finished_by_its_rerun(
+        s3, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A VACUUM of more files than one delete request takes (S3's DeleteObjects: 1,000
+    keys) meets the store going away at its second batch: the step fails after its retries,
+    one batch's files are gone and the other's are still there, every file of the
+    table's version is there and reads; the re-run deletes the rest. A table of 1,005
+    one-row partitions, overwritten by one row: 1,005 files out of the table."""
+    import pyarrow as pa
+
+    from jobs.lakehouse.locations import delta_storage_options
+    from jobs.maintain.maintenance import POLICIES, _maintain_table
+
+    location, removed = "s3://lake/vacuum-batches", 1005
+    rows = pa.table({"p": [f"{i:04d}" for i in range(removed)], "v": list(range(removed))})
+    write_deltalake(location, rows, partition_by=["p"],
+                    storage_options=delta_storage_options(location))
+    write_deltalake(location, rows.slice(7, 1), mode="overwrite",
+                    storage_options=delta_storage_options(location))
+
+    def stored() -> set[str]:
+        return {f.relative for f in Location(location).files()
+                if not f.relative.startswith("_delta_log/")}
+
+    def named() -> set[str]:
+        return {uri[len(location) + 1:] for uri in DeltaTable(location).file_uris()}
+
+    before = stored()
+    assert len(before - named()) == removed and len(named()) == 1
+    monkeypatch.setenv("RMQ_S3_RETRY_SECONDS", "2")
+    monkeypatch.setenv("RMQ_LEASE_SECONDS", "2")  # the cut step's lease: not released
+    # The third DeleteObjects request: the compaction's lease is released by the first
+    # (obstore deletes through DeleteObjects), VACUUM's first batch is the second.
+    with faulty_proxy(s3.port, tmp_path, down_at=r"POST [^ ]*\?delete",
+                      down_at_match=3) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        with pytest.raises(Exception, match="error sending request"):
+            _maintain_table("s3://lake", location, T.MESSAGES, POLICIES[T.MESSAGES], "b1", 0)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.environment()["AWS_ENDPOINT_URL"])
+    assert proxy.counts.dropped >= 1
+    cut = stored()
+    # one batch done, the other not (which arrives first is the client's choice)
+    assert named() <= cut and len(before - cut) in (1000, removed - 1000)
+    assert DeltaTable(location).to_pyarrow_table().to_pylist() == [{"v": 7, "p": "0007"}]
+    time.sleep(2.5)  # a re-run waits at most a lease period for the cut step's lease
+    rerun = _maintain_table("s3://lake", location, T.MESSAGES, POLICIES[T.MESSAGES], "b1", 0)
+    # delta-rs counts every tombstone's file it deleted, those already gone too (an S3
+    # delete of a missing key succeeds): what is left in the bucket is the measure.
+    assert rerun["files_vacuumed"] in (len(cut - named()), removed)
+    assert stored() == named()
+    assert DeltaTable(location).to_pyarrow_table().to_pylist() == [{"v": 7, "p": "0007"}]
