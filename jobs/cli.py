@@ -253,7 +253,7 @@ def _maintain(args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_REFUSED
     except Exception as error:  # one line, not a traceback
-        return _internal_error(error)
+        return _internal_error(error, args)
     return EXIT_OK
 
 
@@ -294,20 +294,29 @@ def _run(args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_REFUSED
     except Exception as error:  # the CLI promises one line, not a traceback
-        return _internal_error(error)
+        return _internal_error(error, args)
     finally:
         if spark.session is not None:
             spark.session.stop()
 
 
-def _internal_error(error: BaseException) -> int:
+def _internal_error(error: BaseException, args: argparse.Namespace | None = None) -> int:
     """The CLI's answer to an unexpected error: one line on stderr, exit 4, no traceback.
-    A location refused deep in a command (Spark asked for on an object store) is the
-    user's to fix: exit 3, as when it is refused up front."""
+    A location refused deep in a command (Spark asked for on an object store) and a full
+    disk (said with the path, the space free and the command: jobs.lakehouse.disk_space)
+    are the user's to fix: exit 3, as when a command is refused up front."""
+    from jobs.lakehouse.disk_space import DiskFullError, is_disk_full, written_path
     from jobs.lakehouse.locations import UnsupportedLocationError
 
     if isinstance(error, UnsupportedLocationError):
         print(f"error: {error}", file=sys.stderr)
+        return EXIT_REFUSED
+    if is_disk_full(error):
+        where = _warehouse(args) if args is not None else Path.cwd()
+        full = error if isinstance(error, DiskFullError) else DiskFullError(
+            f"jobs {args.command if args is not None else ''}".strip(),
+            written_path(error, where if isinstance(where, Path) else Path.cwd()))
+        print(f"error: {full}", file=sys.stderr)
         return EXIT_REFUSED
     print(f"internal error: {type(error).__name__}: {_one_line(error)}", file=sys.stderr)
     return EXIT_INTERNAL

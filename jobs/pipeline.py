@@ -10,12 +10,15 @@ imports Airflow: the DAG (``dags/rmq_nightly.py``) owns connections, retries and
 from __future__ import annotations
 
 import logging
+import tempfile
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobs.lakehouse import tables as T
+from jobs.lakehouse.disk_space import DiskFullError, disk_full_said, disk_of
+from jobs.lakehouse.locations import Location
 from jobs.lakehouse.tables import Registry
 from jobs.pipeline_config import SLAVE, BrokerSource, PipelineConfig
 from jobs.snapshot.copier import SnapshotError, SnapshotInPastError
@@ -71,11 +74,16 @@ def snapshot_broker(config: PipelineConfig, broker: BrokerSource, snapshot_id: s
     """Take (or find) the broker's snapshot ``snapshot_id``; ``source`` defaults to the
     local store path (the DAG passes an SFTP source for brokers on other hosts)."""
     source = source or LocalSource(resolve_store(broker.store))
+    snapshots = snapshots_at(config.snapshot_root)
     try:
-        manifest = snapshots_at(config.snapshot_root).take(source, broker.name, snapshot_id,
-                                                           progress=_say(broker.name))
+        manifest = snapshots.take(
+            source, broker.name, snapshot_id, progress=_say(broker.name),
+            make_room=lambda: snapshots.clean_up(broker.name, snapshot_id,
+                                                 config.retention_days))
     except SnapshotInPastError as error:
         raise StepSkipped(str(error), permanent=True) from error
+    except DiskFullError as error:
+        raise StepError(str(error)) from error
     except (SnapshotError, SourceError) as error:
         raise StepError(f"{broker.name}: snapshot {snapshot_id}: {error}") from error
     finally:
@@ -100,6 +108,12 @@ def snapshot_store_of(config: PipelineConfig, snapshot: dict[str, Any]) -> Path:
             snapshot["broker"], snapshot["snapshot_id"], progress=_say(snapshot["broker"]))
     except SnapshotError as error:
         raise StepError(str(error)) from error
+
+
+def local_disk(location: Path | Location) -> Path:
+    """Where a step's writes meet a full disk: the warehouse's directory; for a bucket,
+    the temporary directory its local scratch files go to."""
+    return disk_of(location) or Path(tempfile.gettempdir())
 
 
 def resolve_store(store: str) -> Path:
@@ -128,10 +142,14 @@ def load_broker(start_spark: Callable[[], SparkSession], config: PipelineConfig,
                           replica=snapshot.get("role") == SLAVE)
     spark = SparkOnDemand(start_spark)  # started only if the load needs Spark
     try:
-        with ConsoleProgress(spark, stream=_LogLines(broker)) as progress:
+        with ConsoleProgress(spark, stream=_LogLines(broker)) as progress, disk_full_said(
+                f"{broker}: load of snapshot {snapshot_id}", local_disk(config.warehouse),
+                needed=snapshot.get("from_broker_bytes")):  # about what Parquet takes
             summary = load_snapshot(spark, broker, snapshot_id,
                                     snapshot_store_of(config, snapshot), options,
                                     registry=registry_for(None, config), progress=progress)
+    except DiskFullError as error:
+        raise StepError(str(error)) from error
     except LoadRefusedError as error:
         raise StepError(f"{broker}: load of snapshot {snapshot_id} refused: {error}",
                         permanent=True) from error
@@ -190,10 +208,16 @@ def check_broker(start_spark: Callable[[], SparkSession], config: PipelineConfig
                  page)
         return {**_ids(loaded), "skipped": True, "report": str(page), **_recorded(
             registry_for(None, config), broker, snapshot_id)}
-    outcome = check_snapshot(lambda: registry_for(start_spark(), config), config.warehouse,
-                             broker, snapshot_id, rules_path=rules_path,
-                             output=config.checks_output, engine=config.check_engine,
-                             local_up_to_mib=config.local_checks_up_to_mib)
+    try:
+        with disk_full_said(f"{broker}: check of snapshot {snapshot_id}",
+                            local_disk(config.warehouse)):
+            outcome = check_snapshot(lambda: registry_for(start_spark(), config),
+                                     config.warehouse, broker, snapshot_id,
+                                     rules_path=rules_path, output=config.checks_output,
+                                     engine=config.check_engine,
+                                     local_up_to_mib=config.local_checks_up_to_mib)
+    except DiskFullError as error:
+        raise StepError(str(error)) from error
     reconcile = outcome.reconcile
     for line in format_outcome(outcome).splitlines():  # the check CLI's one-screen summary
         log.info("%s: %s", broker, line)
@@ -244,8 +268,13 @@ def maintain_broker(config: PipelineConfig, checked: dict[str, Any]) -> dict[str
     from jobs.maintain.maintenance import maintain_tables
 
     broker = checked["broker"]
-    rows = maintain_tables(config.warehouse, broker, time_travel_days=config.time_travel_days,
-                           progress=_say(broker))
+    try:
+        with disk_full_said(f"{broker}: maintenance", local_disk(config.warehouse)):
+            rows = maintain_tables(config.warehouse, broker,
+                                   time_travel_days=config.time_travel_days,
+                                   progress=_say(broker))
+    except DiskFullError as error:
+        raise StepError(str(error)) from error
     return {**_ids(checked),
             "files_before": sum(r["files_before"] for r in rows),
             "files_after": sum(r["files_after"] for r in rows),

@@ -49,6 +49,7 @@ from deltalake.writer import WriterProperties
 from pyspark.sql import SparkSession
 
 from jobs.lakehouse import tables as T
+from jobs.lakehouse.disk_space import BOOKKEEPING_ROOM, disk_of, ensure_room
 from jobs.lakehouse.driver_rows import append_rows_once, committed
 from jobs.lakehouse.engine_choice import (
     AUTO,
@@ -534,6 +535,9 @@ class SnapshotLoad:
     # ---- the whole load
 
     def run(self) -> LoadSummary:
+        step = f"{self.broker}: load of snapshot {self.snapshot_id}"
+        disk = disk_of(self.registry.warehouse)
+        ensure_room(step, disk, BOOKKEEPING_ROOM)
         if not self.register_snapshot():
             self.progress(f"snapshot {self.snapshot_id!r} of broker {self.broker!r} is already "
                           "loaded: nothing to do")
@@ -557,6 +561,8 @@ class SnapshotLoad:
             pending = self.start_writes(pool, self.state_writes())
             old_marks = self.settle_history(self.marks())
             plan = self.plan(old_marks)
+            # the night's files take about what they decode (1 KiB bodies: 0.9 of it)
+            ensure_room(step, disk, BOOKKEEPING_ROOM + plan.planned_bytes(plan.tasks))
             self.progress(f"planned {len(plan.tasks)} task(s): {len(plan.commitlog_tasks)} "
                           f"commitlog, {len(plan.queue_tasks)} queue, {len(plan.index_tasks)} "
                           f"index; {plan.planned_bytes(plan.tasks) / 2**20:.1f} MiB past the "

@@ -43,6 +43,7 @@ from typing import Any
 from jobs.lakehouse import message_lookup
 from jobs.lakehouse import tables as T
 from jobs.lakehouse.contracts import load_contract
+from jobs.lakehouse.disk_space import BOOKKEEPING_ROOM, disk_of, ensure_room
 from jobs.lakehouse.driver_rows import append_rows, exists
 from jobs.lakehouse.locations import Location, open_delta_table, shared_table_handles
 from jobs.lakehouse.locks import try_lock
@@ -104,6 +105,7 @@ def maintain_tables(warehouse: str | Path, broker: str, *,
     if not exists(runs):
         raise MaintenanceError(f"no table {runs}: maintenance runs after a load, which "
                                "creates the tables")
+    ensure_room(f"{broker}: maintenance", disk_of(warehouse), BOOKKEEPING_ROOM)
     run_id = uuid.uuid4().hex
     rows = []
     for name in T.TABLES:

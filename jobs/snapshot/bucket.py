@@ -143,14 +143,16 @@ class BucketSnapshots:
     # ----------------------------------------------------------------- taking
 
     def take(self, source: StoreSource, broker: str, snapshot_id: str, *,
-             progress: Progress | None = None) -> Manifest:
+             progress: Progress | None = None,
+             make_room: Callable[[], object] | None = None) -> Manifest:
         """Take ``snapshot_id`` of ``source`` and publish it (see the module docstring);
-        a published snapshot is returned as it is (``existing``)."""
+        a published snapshot is returned as it is (``existing``). ``make_room``: as
+        :func:`~jobs.snapshot.copier.take_snapshot`'s, for this host's mirror."""
         with _bucket_errors(f"{broker}: snapshot {snapshot_id} to {self.root / broker}"):
-            return self._take(source, broker, snapshot_id, progress or log.info)
+            return self._take(source, broker, snapshot_id, progress or log.info, make_room)
 
     def _take(self, source: StoreSource, broker: str, snapshot_id: str,
-              say: Progress) -> Manifest:
+              say: Progress, make_room: Callable[[], object] | None) -> Manifest:
         found = self.manifest(broker, snapshot_id)
         if found is not None:
             found.existing = True
@@ -162,7 +164,8 @@ class BucketSnapshots:
         self._forget_unpublished(broker, published)
         if previous is not None:
             self.local_copy(broker, previous, say)
-        manifest = take_snapshot(source, self.mirror, broker, snapshot_id, progress=say)
+        manifest = take_snapshot(source, self.mirror, broker, snapshot_id, progress=say,
+                                 make_room=make_room)
         self._upload_new_objects(broker, manifest, previous, say)
         text = manifest.to_json()
         if not (self.root / broker / snapshot_id / MANIFEST).create_bytes(text.encode()):

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 
+from jobs.lakehouse.disk_space import DiskFullError, is_disk_full, space_of, written_path
 from jobs.snapshot.manifest import (
     CHUNK,
     COPIED,
@@ -58,6 +59,10 @@ SPARSE_BLOCK = 64 * 1024
 PROGRESS_EVERY_S = 5.0
 
 
+#: Room the copy needs beyond its files' data: the manifest, directories, partial blocks.
+METADATA_ROOM = 1 << 20
+
+
 class SnapshotError(RuntimeError):
     """A snapshot cannot be taken; the message names the broker, the file and why."""
 
@@ -73,8 +78,11 @@ Progress = Callable[[str], None]
 
 
 def take_snapshot(source: StoreSource, root: str | Path, broker: str, snapshot_id: str,
-                  *, progress: Progress | None = None) -> Manifest:
-    """Snapshot ``source`` as ``<root>/<broker>/<snapshot_id>``; see the module docstring."""
+                  *, progress: Progress | None = None,
+                  make_room: Callable[[], object] | None = None) -> Manifest:
+    """Snapshot ``source`` as ``<root>/<broker>/<snapshot_id>``; see the module docstring.
+    ``make_room``: what frees space when the disk lacks what the copy needs (the broker's
+    snapshot retention, run before the copy instead of after the night)."""
     root = Path(root)
     final = snapshot_dir(root, broker, snapshot_id)
     if (final / MANIFEST).is_file():
@@ -92,10 +100,19 @@ def take_snapshot(source: StoreSource, root: str | Path, broker: str, snapshot_i
     copier = _Copier(source, broker, snapshot_id, partial / STORE_DIR,
                      snapshot_store(root, broker, previous) if previous else None,
                      Manifest.load(snapshot_dir(root, broker, previous) / MANIFEST)
-                     if previous else None, progress or log.info)
-    manifest = copier.run()
-    manifest.previous = previous
-    (partial / MANIFEST).write_text(manifest.to_json())
+                     if previous else None, progress or log.info, make_room)
+    try:
+        manifest = copier.run()
+        manifest.previous = previous
+        (partial / MANIFEST).write_text(manifest.to_json())
+    except Exception as error:
+        if not is_disk_full(error):
+            raise
+        shutil.rmtree(partial, ignore_errors=True)  # its space, for the other brokers
+        if isinstance(error, DiskFullError):
+            raise
+        raise DiskFullError(f"{broker}: snapshot {snapshot_id}", written_path(error, root),
+                            copier.needed) from error
     os.rename(partial, final)
     return manifest
 
@@ -113,8 +130,10 @@ class _Copier:
 
     def __init__(self, source: StoreSource, broker: str, snapshot_id: str, target: Path,
                  previous_store: Path | None, previous: Manifest | None,
-                 progress: Progress) -> None:
+                 progress: Progress, make_room: Callable[[], object] | None = None) -> None:
         self.source = source
+        self.make_room = make_room
+        self.needed: int | None = None  # bytes the copy takes on disk, once estimated
         self.broker = broker
         self.target = target
         self.previous_store = previous_store
@@ -134,6 +153,7 @@ class _Copier:
                       for f in files}
         self._note_broker_state(files)
         finished = self._finished_files(files)
+        self._ensure_room(files, finished)
         phases: dict[int, list[SourceFile]] = {}
         for file in files:
             phases.setdefault(growth_of(self.kinds[file.relative]).phase, []).append(file)
@@ -149,6 +169,41 @@ class _Copier:
         self.manifest.seconds = time.monotonic() - started
         self.manifest.finished_at = datetime.now(UTC).isoformat()
         return self.manifest
+
+    # ----------------------------------------------------------------- disk space
+
+    def _ensure_room(self, files: list[SourceFile], finished: set[str]) -> None:
+        """What the copier checks before it copies a byte: the free space of the snapshot
+        root against the bytes the copy will take (every file but those it links from the
+        previous snapshot, by the space the broker's file takes: a mapped file's zero tail
+        takes none there or in the copy). Short of it, ``make_room`` (the broker's snapshot
+        retention) runs first; still short, and the estimate exact (a local store: every
+        file's allocated size known), the snapshot is refused before it writes anything."""
+        needed, exact = self._space_needed(files, finished)
+        self.needed = needed
+        free, _ = space_of(self.target)
+        if free >= needed:
+            return
+        if self.make_room is not None:
+            self.progress(f"{self.broker}: {needed} bytes to copy, {free} free: "
+                          "expired snapshots removed first")
+            self.make_room()
+            free, _ = space_of(self.target)
+        if free < needed and exact:
+            raise DiskFullError(f"{self.broker}: snapshot {self.manifest.snapshot_id}",
+                                self.target.parent.parent, needed)
+
+    def _space_needed(self, files: list[SourceFile], finished: set[str]) -> tuple[int, bool]:
+        """(bytes the copy will write, whether every file's size on disk was known)."""
+        needed, exact = METADATA_ROOM, True
+        for file in files:
+            before = self.previous.get(file.relative)
+            if before and _unchanged_since(before, file, self.kinds[file.relative],
+                                           file.relative in finished):
+                continue  # linked: no new space
+            exact = exact and file.allocated is not None
+            needed += file.size if file.allocated is None else min(file.size, file.allocated)
+        return needed, exact
 
     # ----------------------------------------------------------------- RocksDB
 

@@ -8,6 +8,7 @@ steps take, read and clean up snapshots only through it, so a night runs the sam
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -36,7 +37,8 @@ class Snapshots(Protocol):
     def describe(self, broker: str, snapshot_id: str) -> str: ...
 
     def take(self, source: StoreSource, broker: str, snapshot_id: str, *,
-             progress: Progress | None = None) -> Manifest: ...
+             progress: Progress | None = None,
+             make_room: Callable[[], object] | None = None) -> Manifest: ...
 
     def local_store(self, broker: str, snapshot_id: str, *,
                     progress: Progress | None = None) -> Path: ...
@@ -61,8 +63,10 @@ class LocalSnapshots:
         return str(snapshot_store(self.root, broker, snapshot_id))
 
     def take(self, source: StoreSource, broker: str, snapshot_id: str, *,
-             progress: Progress | None = None) -> Manifest:
-        return take_snapshot(source, self.root, broker, snapshot_id, progress=progress)
+             progress: Progress | None = None,
+             make_room: Callable[[], object] | None = None) -> Manifest:
+        return take_snapshot(source, self.root, broker, snapshot_id, progress=progress,
+                             make_room=make_room)
 
     def local_store(self, broker: str, snapshot_id: str, *,
                     progress: Progress | None = None) -> Path:

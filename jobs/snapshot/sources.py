@@ -41,6 +41,9 @@ class SourceFile:
     size: int
     mtime_ns: int
     mtime_settled: bool = False
+    # Bytes the file takes on its disk, where the source can tell (a sparse file's zero
+    # tail takes none, nor does it in the copy); None over SFTP.
+    allocated: int | None = None
 
 
 class ListingClock:
@@ -129,7 +132,7 @@ class LocalSource:
                 settled = clock.settled(info.st_mtime_ns)
                 if stat.S_ISREG(info.st_mode):
                     found.append(SourceFile(relative, info.st_size, info.st_mtime_ns,
-                                            settled))
+                                            settled, info.st_blocks * 512))
                 else:
                     self.skipped.append(f"{relative}: not a regular file, not copied")
         return sorted(found, key=lambda f: f.relative)
