@@ -13,11 +13,14 @@ SPARK, LOCAL, AUTO = "spark", "local", "auto"
 ENGINES = (AUTO, LOCAL, SPARK)
 MIB = 1 << 20
 #: ``auto``'s defaults (config/pipeline.yaml). A check holds the snapshot's views in memory:
-#: local up to 256 MiB of commitlog. A load in process is faster than Spark on every size
-#: measured here (1 GiB: 12 s against 23 s for local[2]; 4 GiB: 38 s against 56 s for a
-#: standalone cluster of two one-core workers) but its memory grows with the night (1.9
-#: GiB peak at 1 GiB, 3.7 GiB at 4 GiB), and several brokers load at once: local up to
-#: 1 GiB past the marks, bigger nights on the executors (bench/README.md).
+#: local up to 256 MiB of commitlog. With both engines writing the same files, a load in
+#: process is still faster than Spark on two cores (1 GiB: 9.2 s against 11.4 s for
+#: local[2]; 4 GiB: 30.6 s against 43.3 s for a standalone cluster of two one-core
+#: workers): Spark pays its workers' start and the JVM, and has no more cores to give here.
+#: But its memory grows with the night (2.0 GiB peak at 1 GiB, 3.5 GiB at 4 GiB: the
+#: lookup's sort), and several brokers load at once: local up to 1 GiB past the marks,
+#: bigger nights on the executors, whose memory is a row group per partition
+#: (bench/README.md).
 LOCAL_CHECKS_UP_TO_MIB = 256
 LOCAL_LOAD_UP_TO_MIB = 1024
 
