@@ -305,18 +305,18 @@ def _internal_error(error: BaseException, args: argparse.Namespace | None = None
     A location refused deep in a command (Spark asked for on an object store) and a full
     disk (said with the path, the space free and the command: jobs.lakehouse.disk_space)
     are the user's to fix: exit 3, as when a command is refused up front."""
-    from jobs.lakehouse.disk_space import DiskFullError, is_disk_full, written_path
+    from jobs.lakehouse.disk_space import DiskFullError, disk_of, is_disk_full, written_path
     from jobs.lakehouse.locations import UnsupportedLocationError
 
     if isinstance(error, UnsupportedLocationError):
         print(f"error: {error}", file=sys.stderr)
         return EXIT_REFUSED
     if is_disk_full(error):
-        where = _warehouse(args) if args is not None else Path.cwd()
-        full = error if isinstance(error, DiskFullError) else DiskFullError(
-            f"jobs {args.command if args is not None else ''}".strip(),
-            written_path(error, where if isinstance(where, Path) else Path.cwd()))
-        print(f"error: {full}", file=sys.stderr)
+        if not isinstance(error, DiskFullError):  # met while writing: name what it wrote
+            where = (disk_of(_warehouse(args)) if args is not None else None) or Path.cwd()
+            error = DiskFullError(f"jobs {args.command}" if args is not None else "jobs",
+                                  written_path(error, where))
+        print(f"error: {error}", file=sys.stderr)
         return EXIT_REFUSED
     print(f"internal error: {type(error).__name__}: {_one_line(error)}", file=sys.stderr)
     return EXIT_INTERNAL

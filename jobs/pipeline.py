@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobs.lakehouse import tables as T
 from jobs.lakehouse.disk_space import DiskFullError, disk_full_said, disk_of
-from jobs.lakehouse.locations import Location
 from jobs.lakehouse.tables import Registry
 from jobs.pipeline_config import SLAVE, BrokerSource, PipelineConfig
 from jobs.snapshot.copier import SnapshotError, SnapshotInPastError
@@ -110,10 +110,16 @@ def snapshot_store_of(config: PipelineConfig, snapshot: dict[str, Any]) -> Path:
         raise StepError(str(error)) from error
 
 
-def local_disk(location: Path | Location) -> Path:
-    """Where a step's writes meet a full disk: the warehouse's directory; for a bucket,
-    the temporary directory its local scratch files go to."""
-    return disk_of(location) or Path(tempfile.gettempdir())
+@contextmanager
+def _full_disk_said(step: str, config: PipelineConfig) -> Iterator[None]:
+    """A step that runs out of disk space fails in one line naming it, the path and the
+    space (jobs.lakehouse.disk_space); its writes under the warehouse's directory, or for a
+    bucket the temporary directory of its local scratch files."""
+    try:
+        with disk_full_said(step, disk_of(config.warehouse) or Path(tempfile.gettempdir())):
+            yield
+    except DiskFullError as error:
+        raise StepError(str(error)) from error
 
 
 def resolve_store(store: str) -> Path:
@@ -142,14 +148,11 @@ def load_broker(start_spark: Callable[[], SparkSession], config: PipelineConfig,
                           replica=snapshot.get("role") == SLAVE)
     spark = SparkOnDemand(start_spark)  # started only if the load needs Spark
     try:
-        with ConsoleProgress(spark, stream=_LogLines(broker)) as progress, disk_full_said(
-                f"{broker}: load of snapshot {snapshot_id}", local_disk(config.warehouse),
-                needed=snapshot.get("from_broker_bytes")):  # about what Parquet takes
+        with ConsoleProgress(spark, stream=_LogLines(broker)) as progress, \
+                _full_disk_said(f"{broker}: load of snapshot {snapshot_id}", config):
             summary = load_snapshot(spark, broker, snapshot_id,
                                     snapshot_store_of(config, snapshot), options,
                                     registry=registry_for(None, config), progress=progress)
-    except DiskFullError as error:
-        raise StepError(str(error)) from error
     except LoadRefusedError as error:
         raise StepError(f"{broker}: load of snapshot {snapshot_id} refused: {error}",
                         permanent=True) from error
@@ -208,16 +211,11 @@ def check_broker(start_spark: Callable[[], SparkSession], config: PipelineConfig
                  page)
         return {**_ids(loaded), "skipped": True, "report": str(page), **_recorded(
             registry_for(None, config), broker, snapshot_id)}
-    try:
-        with disk_full_said(f"{broker}: check of snapshot {snapshot_id}",
-                            local_disk(config.warehouse)):
-            outcome = check_snapshot(lambda: registry_for(start_spark(), config),
-                                     config.warehouse, broker, snapshot_id,
-                                     rules_path=rules_path, output=config.checks_output,
-                                     engine=config.check_engine,
-                                     local_up_to_mib=config.local_checks_up_to_mib)
-    except DiskFullError as error:
-        raise StepError(str(error)) from error
+    with _full_disk_said(f"{broker}: check of snapshot {snapshot_id}", config):
+        outcome = check_snapshot(lambda: registry_for(start_spark(), config),
+                                 config.warehouse, broker, snapshot_id, rules_path=rules_path,
+                                 output=config.checks_output, engine=config.check_engine,
+                                 local_up_to_mib=config.local_checks_up_to_mib)
     reconcile = outcome.reconcile
     for line in format_outcome(outcome).splitlines():  # the check CLI's one-screen summary
         log.info("%s: %s", broker, line)
@@ -268,13 +266,9 @@ def maintain_broker(config: PipelineConfig, checked: dict[str, Any]) -> dict[str
     from jobs.maintain.maintenance import maintain_tables
 
     broker = checked["broker"]
-    try:
-        with disk_full_said(f"{broker}: maintenance", local_disk(config.warehouse)):
-            rows = maintain_tables(config.warehouse, broker,
-                                   time_travel_days=config.time_travel_days,
-                                   progress=_say(broker))
-    except DiskFullError as error:
-        raise StepError(str(error)) from error
+    with _full_disk_said(f"{broker}: maintenance", config):
+        rows = maintain_tables(config.warehouse, broker,
+                               time_travel_days=config.time_travel_days, progress=_say(broker))
     return {**_ids(checked),
             "files_before": sum(r["files_before"] for r in rows),
             "files_after": sum(r["files_after"] for r in rows),

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from lakehouse import warehouse_content
 from pipeline_nights import write_pipeline_config
 
@@ -194,3 +196,28 @@ def test_a_snapshot_is_refused_before_it_writes_unless_expired_snapshots_make_ro
         == newest.files
     filler.unlink()
     assert take(3)["existing"] is False
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.integers(0, 300_000), begin=st.integers(0, 400_000))
+def test_a_loads_room_counts_data_not_a_mapped_files_zero_tail(
+        tmp_path_factory, data: int, begin: int) -> None:  # type: ignore[no-untyped-def]
+    """A segment of 8 MiB with ``data`` bytes written and the rest a sparse zero tail, as a
+    broker's mapped file and its snapshot copy are: the room its tasks from ``begin`` need
+    is the data past ``begin``, up to the file system's block (not the 8 MiB)."""
+    from jobs.load.decode_tasks import Task
+    from jobs.load.plan import LoadPlan
+
+    segment = tmp_path_factory.mktemp("room") / "00000000000000000000"
+    with segment.open("wb") as out:
+        out.write(b"\x01" * data)
+        out.truncate(8 << 20)
+        out.flush()
+        os.fsync(out.fileno())
+    block = os.statvfs(segment).f_bsize
+    tasks = [Task(f"t{lo}", "commitlog", str(segment), segment.name, lo, min(lo + (1 << 20),
+                                                                               8 << 20))
+             for lo in range(begin - begin % (1 << 20), 8 << 20, 1 << 20)]
+    tasks[0] = replace(tasks[0], begin=begin)
+    room = LoadPlan(segment.parent).data_bytes(tasks)
+    assert max(0, data - begin) <= room <= max(0, -(-data // block) * block - begin)

@@ -561,8 +561,8 @@ class SnapshotLoad:
             pending = self.start_writes(pool, self.state_writes())
             old_marks = self.settle_history(self.marks())
             plan = self.plan(old_marks)
-            # the night's files take about what they decode (1 KiB bodies: 0.9 of it)
-            ensure_room(step, disk, BOOKKEEPING_ROOM + plan.planned_bytes(plan.tasks))
+            # the night's files take about the data they decode (1 KiB bodies: 0.9 of it)
+            ensure_room(step, disk, BOOKKEEPING_ROOM + plan.data_bytes(plan.tasks))
             self.progress(f"planned {len(plan.tasks)} task(s): {len(plan.commitlog_tasks)} "
                           f"commitlog, {len(plan.queue_tasks)} queue, {len(plan.index_tasks)} "
                           f"index; {plan.planned_bytes(plan.tasks) / 2**20:.1f} MiB past the "

@@ -111,6 +111,31 @@ class LoadPlan:
     def planned_bytes(self, tasks: Iterable[Task]) -> int:
         return sum(t.weight for t in tasks)
 
+    def data_bytes(self, tasks: Iterable[Task]) -> int:
+        """About the bytes of data ``tasks`` decode, for the room their rows will take: a
+        file's byte ranges count from the first one's start to the end of the file's
+        allocated blocks (a mapped file's preallocated zero tail takes none, in the
+        broker's store or in its sparse snapshot copy, yet a range covers it); index
+        ranges count their entries."""
+        first: dict[str, int] = {}
+        entries = 0
+        for task in tasks:
+            if task.kind == INDEX:
+                entries += task.weight
+            else:
+                first[task.path] = min(first.get(task.path, task.begin), task.begin)
+        return entries + sum(max(0, _allocated(Path(path)) - begin)
+                             for path, begin in first.items())
+
+
+def _allocated(path: Path) -> int:
+    """Bytes of ``path`` on its disk (at most its size)."""
+    try:
+        info = path.stat()
+    except OSError:
+        return 0
+    return min(info.st_size, info.st_blocks * 512)
+
 
 def _rel(store: Path, path: Path) -> str:
     return path.relative_to(store).as_posix()
