@@ -294,39 +294,13 @@ def _report_failures() -> dict[str, Any]:
 
 
 def _deliver(checked: dict[str, Any]) -> dict[str, Any]:
-    """Send the snapshot's recorded alert on the channels that have not had it yet, and
-    record what each answered; a channel that failed fails the task, so it is retried."""
+    """Deliver the snapshot's recorded alert through Airflow's notifiers (jobs.pipeline
+    records what each channel answered; a channel that failed fails the task: retried)."""
     from notifiers import deliver  # dags/ is on sys.path
 
-    from jobs.alerts.evaluation import SENT, AlertRules, record_alert, recorded_alert
-
-    broker, snapshot_id = checked["broker"], checked["snapshot_id"]
-    _warehouse_access()
-    registry = pipeline.registry_for(None, CONFIG)  # a few rows: delta-rs, no JVM
-    recorded = recorded_alert(registry, broker, snapshot_id)
-    if recorded is None:
-        log.info("%s: snapshot %s: no alert (no threshold crossed)", broker, snapshot_id)
-        return {"broker": broker, "snapshot_id": snapshot_id, "alert": None, "delivery": {}}
-    alert, delivery = recorded
-    pending = [channel for channel, status in delivery.items() if status != SENT]
-    if pending and not CONFIG.deliver_alerts:
-        log.warning("%s: snapshot %s: alert recorded, not sent (deliver_alerts is false in "
-                    "%s): %s", broker, snapshot_id, CONFIG.source, alert.title)
-        return {"broker": broker, "snapshot_id": snapshot_id, "alert": alert.title,
-                "severity": alert.severity, "delivery": delivery}
-    if pending:
-        delivery.update(deliver(alert, AlertRules.load(CONFIG.alerts_config), only=pending,
-                                context=get_current_context()))
-        record_alert(registry, alert, delivery)
-    else:
-        log.info("%s: snapshot %s: alert already delivered (%s)", broker, snapshot_id,
-                 ", ".join(delivery))
-    failed = {channel: status for channel, status in delivery.items() if status != SENT}
-    if failed:
-        raise RuntimeError(f"{broker}: alert of snapshot {snapshot_id} not delivered: "
-                           + "; ".join(f"{c}: {s}" for c, s in failed.items()))
-    return {"broker": broker, "snapshot_id": snapshot_id, "alert": alert.title,
-            "severity": alert.severity, "delivery": delivery}
+    context = get_current_context()
+    return _step(pipeline.deliver_alert, CONFIG, checked,
+                 lambda alert, rules, only: deliver(alert, rules, only=only, context=context))
 
 
 rmq_nightly()

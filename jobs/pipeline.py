@@ -28,6 +28,8 @@ from jobs.snapshot.sources import LocalSource, SourceError, StoreSource
 if TYPE_CHECKING:  # the DAG file imports this module while parsing: keep pyspark out
     from pyspark.sql import SparkSession
 
+    from jobs.alerts.evaluation import Alert, AlertRules
+
 log = logging.getLogger(__name__)
 
 
@@ -233,6 +235,49 @@ def _recorded(registry: Registry, broker: str, snapshot_id: str) -> dict[str, An
     alerts = registry.read_rows(T.ALERTS, broker=broker, snapshot_id=snapshot_id)
     return {"findings": findings, "alert": alerts[0]["title"] if alerts else None,
             "alert_severity": alerts[0]["severity"] if alerts else None}
+
+
+# --------------------------------------------------------------------------- alert
+
+
+#: Sends an alert on the named channels: ``(alert, rules, channels) -> {channel: answer}``,
+#: "sent" or the error (the DAG passes Airflow's notifiers, dags/notifiers.py).
+SendAlert = Callable[["Alert", "AlertRules", list[str]], dict[str, str]]
+
+
+def deliver_alert(config: PipelineConfig, checked: dict[str, Any],
+                  send: SendAlert) -> dict[str, Any]:
+    """Send the snapshot's recorded alert on the channels that have not had it yet and
+    record what each answered; a channel that failed fails the step, so it is retried.
+
+    A channel's answer is recorded after it was sent: a task killed in between sends it
+    again on its retry (at least once; never twice for an answer already recorded)."""
+    from jobs.alerts.evaluation import SENT, AlertRules, record_alert, recorded_alert
+
+    broker, snapshot_id = checked["broker"], checked["snapshot_id"]
+    registry = registry_for(None, config)  # a few rows: delta-rs, no JVM
+    recorded = recorded_alert(registry, broker, snapshot_id)
+    if recorded is None:
+        log.info("%s: snapshot %s: no alert (no threshold crossed)", broker, snapshot_id)
+        return {"broker": broker, "snapshot_id": snapshot_id, "alert": None, "delivery": {}}
+    alert, delivery = recorded
+    pending = [channel for channel, status in delivery.items() if status != SENT]
+    if pending and not config.deliver_alerts:
+        log.warning("%s: snapshot %s: alert recorded, not sent (deliver_alerts is false in "
+                    "%s): %s", broker, snapshot_id, config.source, alert.title)
+    elif pending:
+        delivery.update(send(alert, AlertRules.load(config.alerts_config), pending))
+        record_alert(registry, alert, delivery)
+    else:
+        log.info("%s: snapshot %s: alert already delivered (%s)", broker, snapshot_id,
+                 ", ".join(delivery))
+    failed = {channel: status for channel, status in delivery.items()
+              if status != SENT and config.deliver_alerts}
+    if failed:
+        raise StepError(f"{broker}: alert of snapshot {snapshot_id} not delivered: "
+                        + "; ".join(f"{c}: {s}" for c, s in failed.items()))
+    return {"broker": broker, "snapshot_id": snapshot_id, "alert": alert.title,
+            "severity": alert.severity, "delivery": delivery}
 
 
 # --------------------------------------------------------------------------- cluster
