@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rmqlib.compaction import layout as L
-from rmqlib.compaction.store import decode_queue_bytes, read_compaction
+from rmqlib.compaction.store import CompactionIssue, decode_queue_bytes, read_compaction
 from rmqlib.store.verify import verify_store
 
 UNIT = struct.Struct(">qiqqqhii")
@@ -107,7 +107,13 @@ def test_the_compacted_part_keeps_exactly_the_latest_send_of_each_key(
         want = sorted([*latest.values(),
                        *(s["queueOffset"] for s in mine if s["queueOffset"] > compacted_to)])
         assert [u.queue_offset for u in queue.units] == want
-        assert queue.issues == []
+        assert [i for i in queue.issues if not replaced_segment(i)] == []
+
+
+def replaced_segment(issue: CompactionIssue) -> bool:
+    """A segment a compaction run replaced and renamed ``*.delete``, which the broker had
+    not deleted yet when it stopped: whether a store has one depends on the run's timing."""
+    return issue.expected and issue.path.endswith(L.REPLACED_SUFFIX)
 
 
 @pytest.mark.broker
@@ -118,7 +124,33 @@ def test_verify_is_clean_and_checks_every_kept_record_against_its_original(
     assert report.errors == [], report.errors
     kept = sum(len(q.units) for q in read_compaction(compaction_store / copy).queues)
     assert report.counts["compacted_units"] == kept > 0
-    assert not any("compaction" in f.message for f in report.warnings)
+    replaced = {i.path for q in read_compaction(compaction_store / copy).queues
+                for i in q.issues if replaced_segment(i)}
+    assert [f for f in report.warnings if "compaction" in f.message
+            and f.path not in replaced] == []
+
+
+@pytest.mark.broker
+def test_a_replaced_segment_not_yet_deleted_is_named_and_not_read(
+        compaction_store: Path, tmp_path: Path) -> None:
+    """A compaction run renames the segment it replaced to ``*.delete`` and deletes it
+    later: a copy taken (or a broker stopped) in between holds it. It is not read (its
+    records are older copies of the kept ones); the queue's units are the same, and verify
+    names the file as a warning, not an error."""
+    store = tmp_path / "store"
+    shutil.copytree(compaction_store / "store", store)
+    log_dir = store / L.COMPACTION_DIR / L.LOG_DIR / TOPIC / "1"
+    segment = sorted(p for p in log_dir.iterdir() if L.SEGMENT_NAME.match(p.name))[0]
+    replaced = log_dir / f"{int(segment.name) + 1:020d}{L.REPLACED_SUFFIX}"
+    shutil.copyfile(segment, replaced)
+    before, after = read_compaction(compaction_store / "store"), read_compaction(store)
+    assert [[u.queue_offset for u in q.units] for q in after.queues] == \
+        [[u.queue_offset for u in q.units] for q in before.queues]
+    assert [(i.path, i.expected) for i in after.queues[1].issues if replaced_segment(i)] == \
+        [(str(replaced), True)]
+    report = verify_store(store)
+    assert str(replaced) not in {f.path for f in report.errors}
+    assert str(replaced) in {f.path for f in report.warnings}
 
 
 @pytest.mark.broker
