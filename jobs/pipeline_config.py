@@ -61,13 +61,11 @@ from jobs.lakehouse.locations import (
     local_directory,
     warehouse_location,
 )
+from jobs.maintain.time_travel import MIN_TIME_TRAVEL_DAYS, VACUUM_SAFETY
 
 DEFAULT_CONFIG = REPO_ROOT / "config" / "pipeline.yaml"
 BROKER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 MASTER, SLAVE = "master", "slave"
-#: Why ``time_travel_days`` is at least a day (tests/test_maintenance_races.py shows it).
-VACUUM_SAFETY = ("a VACUUM must never remove files that a load or query still running may "
-                 "read")
 BROKER_KEYS = {"name", "store", "ssh_conn_id", "cluster", "role", "master"}
 
 
@@ -185,7 +183,8 @@ def load_config(path: str | Path | None = None) -> PipelineConfig:
         alerts_config=where("alerts_config", "config/alerts.yaml"),
         spark_pool=str(document.get("spark_pool") or "rmq_spark"),
         spark_pool_slots=int(_at_least(path, document, "spark_pool_slots", 2, 1)),
-        time_travel_days=_at_least(path, document, "time_travel_days", 7, 1, VACUUM_SAFETY),
+        time_travel_days=_at_least(path, document, "time_travel_days", 7,
+                                   MIN_TIME_TRAVEL_DAYS, VACUUM_SAFETY),
         check_engine=_choice(path, document, "check_engine", "auto", ENGINES),
         local_checks_up_to_mib=int(_at_least(path, document, "local_checks_up_to_mib",
                                                  LOCAL_CHECKS_UP_TO_MIB, 0)),

@@ -57,7 +57,7 @@ from jobs.maintain.compaction import (
     merge_plan,
 )
 from jobs.maintain.policy import BROKER, POLICIES, TablePolicy
-from jobs.pipeline_config import VACUUM_SAFETY
+from jobs.maintain.time_travel import MIN_TIME_TRAVEL_DAYS, VACUUM_SAFETY
 
 log = logging.getLogger(__name__)
 
@@ -99,8 +99,9 @@ def maintain_tables(warehouse: str | Path, broker: str, *,
                     time_travel_days: float = DEFAULT_TIME_TRAVEL_DAYS,
                     progress: Callable[[str], None] = log.info) -> list[dict]:
     """Maintain every table for ``broker``'s night and record one row per table."""
-    if time_travel_days < 1:
-        raise ValueError(f"time_travel_days must be at least 1: {VACUUM_SAFETY}")
+    if time_travel_days < MIN_TIME_TRAVEL_DAYS:
+        raise ValueError(f"time_travel_days must be at least {MIN_TIME_TRAVEL_DAYS}: "
+                         f"{VACUUM_SAFETY}")
     runs = table_location(warehouse, T.MAINTENANCE_RUNS)
     if not exists(runs):
         raise MaintenanceError(f"no table {runs}: maintenance runs after a load, which "
