@@ -7,8 +7,12 @@ masters and a slave) and a fifth, quiet broker with every 5.x store feature, ove
 nights; what changes from round to round is
 where the kills land. Rounds run until ``--minutes`` have passed or ``--rounds`` are done.
 A round that is not clean stops the soak and keeps its directory for a look.
+With ``--disk-squeeze`` (as root) each round's snapshots, warehouse and reports live on a
+tmpfs of their own, which half of the nights fill for 8 s at a random moment: the steps
+that meet the full disk fail in one line and are retried once it has room again.
 
 Usage: python bench/soak.py [--minutes 120] [--rounds N] [--seed S] [--kill-chance 0.3]
+                            [--disk-squeeze [--disk-mib 1024]]
 Results: one line per round on stdout, every round's verdict in
 .cache/bench/soak_results.json. See bench/README.md.
 """
@@ -20,10 +24,13 @@ import json
 import os
 import random
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,7 +59,12 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=None, help="of the first round")
     parser.add_argument("--kill-chance", type=float, default=0.3)
     parser.add_argument("--work", type=Path, default=None)
+    parser.add_argument("--disk-squeeze", action="store_true",
+                        help="the data on a tmpfs filled now and then (root)")
+    parser.add_argument("--disk-mib", type=int, default=1024)
     args = parser.parse_args()
+    if args.disk_squeeze and os.geteuid() != 0:
+        parser.error("--disk-squeeze mounts a tmpfs: run as root")
     os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="rmq-soak-airflow-"))
     fleet = soak_fleet(*fleet_stores())
     work = args.work or Path(tempfile.mkdtemp(prefix="rmq-soak-"))
@@ -63,9 +75,13 @@ def main() -> int:
     while (not args.rounds or round_no < args.rounds) and time.monotonic() < deadline:
         round_no += 1
         seed = args.seed if round_no == 1 and args.seed is not None else seeds.randrange(10**6)
-        faults = Faults(seed=seed, kill_chance=args.kill_chance)
+        faults = Faults(seed=seed, kill_chance=args.kill_chance,
+                        disk_squeeze_chance=0.5 if args.disk_squeeze else 0.0)
         round_dir = work / f"round-{round_no}"
-        verdict = verify(soak(round_dir, fleet, NIGHTS, faults))
+        with own_filesystem(round_dir / "data", args.disk_mib if args.disk_squeeze else 0):
+            verdict = verify(soak(round_dir, fleet, NIGHTS, faults, data=round_dir / "data"))
+            if args.disk_squeeze and not verdict.clean():  # keep it past the unmount
+                shutil.copytree(round_dir / "data", round_dir / "data-kept", symlinks=True)
         verdicts.append({"round": round_no, "seed": seed, **verdict.as_dict()})
         print(f"round {round_no} seed {seed}: {'clean' if verdict.clean() else 'NOT CLEAN'}")
         print(summary(verdict), flush=True)
@@ -76,6 +92,21 @@ def main() -> int:
         shutil.rmtree(round_dir)
     _report(verdicts)
     return 0
+
+
+@contextmanager
+def own_filesystem(directory: Path, mib: int) -> Iterator[None]:
+    """``directory`` as a tmpfs of ``mib`` MiB for the block (0: a plain directory)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    if not mib:
+        yield
+        return
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={mib}m", "tmpfs", str(directory)],
+                   check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["umount", str(directory)], check=True)
 
 
 def _save(verdicts: list[dict[str, object]]) -> None:
@@ -91,8 +122,11 @@ def _report(verdicts: list[dict[str, object]]) -> None:
              for key in ("nights", "attempts", "kills", "rows_compared", "alerts",
                          "duplicates_after_kills")}
     deployment = sum(len(v["deployment_kills"]) for v in verdicts)  # type: ignore[arg-type]
+    squeezes = sum(len(v["disk_squeezes"]) for v in verdicts)  # type: ignore[arg-type]
+    disk_full = sum(int(v["disk_full_failures"]) for v in verdicts)  # type: ignore[call-overload]
     print(f"\n{len(verdicts)} rounds, {total['nights']} nights, {total['attempts']} attempts, "
           f"{total['kills']} kills {dict(kills)}, {deployment} deployment kills, "
+          f"{squeezes} disk-full events ({disk_full} attempts failed by them), "
           f"{total['rows_compared']:,} rows compared, 0 differences, {total['alerts']} alerts "
           f"delivered ({total['duplicates_after_kills']} again after a killed delivery)")
 

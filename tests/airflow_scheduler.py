@@ -238,11 +238,21 @@ class Deployment:
         for name, args in (("api-server", ["api-server", "--host", "127.0.0.1", "--port",
                                            str(port), "--workers", "1", "--apps", "execution"]),
                            ("dag-processor", ["dag-processor"]), ("scheduler", ["scheduler"])):
-            with open(self.home / f"{name}.log", "wb") as out:
-                self.daemons.append(subprocess.Popen([AIRFLOW, *args], env=self.env, stdout=out,
-                                                     stderr=subprocess.STDOUT,
-                                                     start_new_session=True))
+            self.daemons.append(self._daemon(name, args))
         wait_for_port(port, self.daemons[0], 120)
+
+    def _daemon(self, name: str, args: list[str]) -> subprocess.Popen:
+        with open(self.home / f"{name}.log", "ab") as out:
+            return subprocess.Popen([AIRFLOW, *args], env=self.env, stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+
+    def kill_scheduler(self) -> None:
+        """SIGKILL the scheduler and everything it started (the LocalExecutor's workers and
+        the tasks they run), as when its host dies; then start a new one."""
+        old = next(d for d in self.daemons if d.args[1] == "scheduler")
+        os.killpg(old.pid, signal.SIGKILL)
+        old.wait()
+        self.daemons[self.daemons.index(old)] = self._daemon("scheduler", ["scheduler"])
 
     def stop(self) -> None:
         for daemon in self.daemons:
@@ -272,25 +282,36 @@ class Deployment:
 
     def run(self, dag_id: str, logical_date: datetime, seconds: float) -> DagRunRecord:
         """Trigger ``dag_id`` for ``logical_date`` and wait for the run to end."""
-        run_id = f"fleet__{logical_date:%Y%m%dT%H%M}"
         with TreeSampler([d.pid for d in self.daemons]) as sampler:
             clock = time.monotonic()
-            self.airflow("dags", "trigger", dag_id, "--logical-date",
-                         logical_date.isoformat(), "--run-id", run_id)
-            state, deadline = "queued", time.monotonic() + seconds
-            while state not in ("success", "failed") and time.monotonic() < deadline:
-                time.sleep(1)
-                self._still_running()
-                rows = self.query("SELECT state FROM dag_run WHERE dag_id = ? AND run_id = ?",
-                                  dag_id, run_id)
-                state = rows[0][0] if rows else "queued"
+            run_id = self.trigger(dag_id, logical_date)
+            state = self.wait_for_run(dag_id, run_id, seconds)
             elapsed = time.monotonic() - clock
-        tasks = [TaskRun(task_id, map_index, task_state, pool, _epoch(started), _epoch(ended))
-                 for task_id, map_index, task_state, pool, started, ended in self.query(
-                     "SELECT task_id, map_index, state, pool, start_date, end_date "
-                     "FROM task_instance WHERE dag_id = ? AND run_id = ?", dag_id, run_id)]
-        return DagRunRecord(state, elapsed, tasks, sampler.peak_spark_jvms,
-                            sampler.peak_rss_kib / 1024, self.home)
+        return DagRunRecord(state, elapsed, self.task_runs(dag_id, run_id),
+                            sampler.peak_spark_jvms, sampler.peak_rss_kib / 1024, self.home)
+
+    def trigger(self, dag_id: str, logical_date: datetime) -> str:
+        run_id = f"fleet__{logical_date:%Y%m%dT%H%M}"
+        self.airflow("dags", "trigger", dag_id, "--logical-date", logical_date.isoformat(),
+                     "--run-id", run_id)
+        return run_id
+
+    def wait_for_run(self, dag_id: str, run_id: str, seconds: float) -> str:
+        """The run's state once it ended (or as it is after ``seconds``)."""
+        state, deadline = "queued", time.monotonic() + seconds
+        while state not in ("success", "failed") and time.monotonic() < deadline:
+            time.sleep(1)
+            self._still_running()
+            rows = self.query("SELECT state FROM dag_run WHERE dag_id = ? AND run_id = ?",
+                              dag_id, run_id)
+            state = rows[0][0] if rows else "queued"
+        return state
+
+    def task_runs(self, dag_id: str, run_id: str) -> list[TaskRun]:
+        return [TaskRun(task_id, map_index, task_state, pool, _epoch(started), _epoch(ended))
+                for task_id, map_index, task_state, pool, started, ended in self.query(
+                    "SELECT task_id, map_index, state, pool, start_date, end_date "
+                    "FROM task_instance WHERE dag_id = ? AND run_id = ?", dag_id, run_id)]
 
     def _still_running(self) -> None:
         for daemon in self.daemons:

@@ -39,18 +39,24 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from endpoints import Mailbox, free_port, smtp_connection, start_webhook, webhook_connection
+from endpoints import (
+    Mailbox,
+    environment,
+    free_port,
+    smtp_connection,
+    start_webhook,
+    webhook_connection,
+)
 from lakehouse import warehouse_content
 
 REPO = Path(__file__).resolve().parent.parent
 STEP = Path(__file__).with_name("chaos_step.py")
-BROKER_STEPS = ("snapshot", "load", "check", "alert", "maintain", "clean_up")
-CLUSTER_STEPS = ("check_cluster", "alert_cluster")
 #: How long after its start (its imports done) an attempt may be killed, per step: about
 #: the step's length on the real-broker stores, so kills land all through it.
 KILL_WINDOW_S = {"snapshot": 1.0, "load": 4.0, "check": 8.0, "alert": 1.5, "maintain": 3.0,
                  "clean_up": 0.5, "check_cluster": 4.0, "alert_cluster": 1.5}
 SMTP_CONN, WEBHOOK_CONN = "rmq_alerts_smtp", "rmq_alerts_webhook"
+DISK_FULL = "out of disk space"   # a step's one line for a full disk (jobs.lakehouse.disk_space)
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,8 @@ class Faults:
     deployment_window_s: float = 40.0     # ... at a moment up to this far into the night
     attempts: int = 4                 # per step (the DAG's retries + 1)
     parallelism: int = 4              # steps running at once (the LocalExecutor's)
+    disk_squeeze_chance: float = 0.0  # of a night: the data's filesystem made full ...
+    disk_squeeze_s: float = 8.0       # ... for this long (a tmpfs of its own: see soak())
 
 
 @dataclass
@@ -92,7 +100,7 @@ class Attempt:
     broker: str
     step: str
     attempt: int
-    outcome: str                      # ok | killed | deployment | failed
+    outcome: str                      # ok | killed | deployment | disk_full | failed
     seconds: float
     kill_after_s: float | None = None
     last_line: str = ""
@@ -101,11 +109,13 @@ class Attempt:
 @dataclass
 class SoakRun:
     work: Path
+    data: Path                        # the snapshots, the warehouse and the reports
     config: Path
     nights: list[str]
     brokers: list[SoakBroker]
     attempts: list[Attempt] = field(default_factory=list)
     deployment_kills: list[str] = field(default_factory=list)
+    disk_squeezes: list[str] = field(default_factory=list)
     mailbox: Mailbox | None = None
     posts: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
@@ -115,6 +125,14 @@ class SoakRun:
 
     def failures(self) -> list[Attempt]:
         return [a for a in self.attempts if a.outcome == "failed"]
+
+    @property
+    def warehouse(self) -> Path:
+        return self.data / "warehouse"
+
+    @property
+    def snapshots(self) -> Path:
+        return self.data / "snapshots"
 
 
 class SoakError(RuntimeError):
@@ -218,8 +236,10 @@ class Soak:
     def night(self, index: int) -> None:
         night = self.run.nights[index]
         stop = threading.Event()
-        killer = threading.Thread(target=self._deployment_killer, args=(night, stop))
-        killer.start()
+        faults = [threading.Thread(target=self._deployment_killer, args=(night, stop)),
+                  threading.Thread(target=self._disk_squeezer, args=(night, stop))]
+        for thread in faults:
+            thread.start()
         try:
             errors: list[BaseException] = []
             threads = [threading.Thread(target=self._guard, args=(errors, self.broker_night,
@@ -238,7 +258,8 @@ class Soak:
                 self.step(night, f"cluster:{cluster}", "alert_cluster", checked)
         finally:
             stop.set()
-            killer.join()
+            for thread in faults:
+                thread.join()
 
     def _guard(self, errors: list[BaseException], call: Any, *args: Any) -> None:
         try:
@@ -266,6 +287,25 @@ class Soak:
         victims = self.deployment.kill_all(spare)
         self.run.deployment_kills.append(f"{night}: {victims} step(s) killed")
 
+    def _disk_squeezer(self, night: str, stop: threading.Event) -> None:
+        """Fill the data's filesystem for a while, as another tenant of the disk would:
+        its tmpfs shrunk to what it holds, then given back its size."""
+        rng = self.rng(night, "disk")
+        if rng.random() >= self.faults.disk_squeeze_chance:
+            return
+        if stop.wait(rng.uniform(0, self.faults.deployment_window_s)):
+            return
+        size = _tmpfs_size(self.run.data)
+        stats = os.statvfs(self.run.data)
+        used = (stats.f_blocks - stats.f_bfree) * stats.f_frsize
+        _resize_tmpfs(self.run.data, used + 64 * 1024)
+        try:
+            stop.wait(self.faults.disk_squeeze_s)
+        finally:
+            _resize_tmpfs(self.run.data, size)
+        self.run.disk_squeezes.append(
+            f"{night}: full at {used / 2**20:.1f} MiB for {self.faults.disk_squeeze_s:g} s")
+
     # one step -------------------------------------------------------------------
 
     def step(self, night: str, broker: str, step: str, given: dict[str, Any]) -> dict[str, Any]:
@@ -282,7 +322,8 @@ class Soak:
                 self.run.attempts.append(record)
             if result is not None:
                 return result
-            time.sleep(0.2)  # the retry delay
+            # the retry delay; after a full disk, long enough for the space to come back
+            time.sleep(self.faults.disk_squeeze_s if record.outcome == "disk_full" else 0.2)
         raise SoakError(f"{broker} {step} of {night}: every attempt failed; last: "
                         f"{self.run.attempts[-1].last_line}")
 
@@ -307,7 +348,9 @@ class Soak:
             by_deployment = self.deployment.ended(process)
         seconds = round(time.monotonic() - started, 2)
         outcome = ("deployment" if by_deployment else "killed" if killed
-                   else "ok" if process.returncode == 0 and out_path.exists() else "failed")
+                   else "ok" if process.returncode == 0 and out_path.exists()
+                   else "disk_full" if DISK_FULL in log_path.read_text(errors="replace")
+                   else "failed")
         record = Attempt(night, broker, step, attempt, outcome, seconds,
                          kill_after if killed else None, _last_line(log_path))
         if outcome != "ok":
@@ -330,6 +373,17 @@ class Soak:
         return False
 
 
+def _tmpfs_size(mount: Path) -> int:
+    stats = os.statvfs(mount)
+    return stats.f_blocks * stats.f_frsize
+
+
+def _resize_tmpfs(mount: Path, size: int) -> None:
+    """Resize the tmpfs at ``mount`` (as root): smaller than what it holds is refused."""
+    subprocess.run(["mount", "-o", f"remount,size={max(size // 1024, 1)}k", str(mount)],
+                   check=True, capture_output=True)
+
+
 def _last_line(log: Path) -> str:
     """The last thing a step logged, without its time stamp: where it was."""
     lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
@@ -338,14 +392,19 @@ def _last_line(log: Path) -> str:
     return lines[-1].split(" ", 2)[-1][:200]
 
 
-def soak(work: Path, brokers: list[SoakBroker], nights: list[str],
-         faults: Faults) -> SoakRun:
-    """Run ``nights`` of ``brokers`` under ``faults``, in ``work``; see :func:`verify`."""
+def soak(work: Path, brokers: list[SoakBroker], nights: list[str], faults: Faults,
+         data: Path | None = None) -> SoakRun:
+    """Run ``nights`` of ``brokers`` under ``faults``, in ``work``; see :func:`verify`.
+    The snapshots, the warehouse and the reports go to ``data`` (default ``work``), which
+    must be a tmpfs of its own, resizable by this process (root), when ``faults`` squeeze
+    the disk."""
     work.mkdir(parents=True, exist_ok=True)
-    config = write_soak_config(work, brokers, warehouse=work / "warehouse",
-                               checks_output=work / "checks",
-                               snapshot_root=work / "snapshots")
-    run = SoakRun(work, config, nights, brokers)
+    data = data or work
+    if faults.disk_squeeze_chance and not os.path.ismount(data):
+        raise ValueError(f"{data}: the disk squeezes need a tmpfs of its own there")
+    config = write_soak_config(work, brokers, warehouse=data / "warehouse",
+                               checks_output=data / "checks", snapshot_root=data / "snapshots")
+    run = SoakRun(work, data, config, nights, brokers)
     started = time.monotonic()
     with alert_servers() as (mailbox, posts, connections):
         env = {**os.environ, **connections, "PYTHONPATH": str(REPO)}
@@ -371,6 +430,8 @@ class Verdict:
     kills: int
     kills_by_step: dict[str, int]
     deployment_kills: list[str]
+    disk_squeezes: list[str]
+    disk_full_failures: int
     failed_attempts: list[str]
     rows_compared: int
     table_differences: dict[str, list[str]]
@@ -400,7 +461,7 @@ def verify(run: SoakRun) -> Verdict:
     started = time.monotonic()
     oracle = serial_oracle(run)
     oracle_seconds = round(time.monotonic() - started, 1)
-    soaked, serial = warehouse_content(run.work / "warehouse"), warehouse_content(oracle)
+    soaked, serial = warehouse_content(run.warehouse), warehouse_content(oracle)
     differences = {}
     for name in sorted(set(soaked) | set(serial)):
         only = sorted(set(soaked.get(name, [])) ^ set(serial.get(name, [])))
@@ -411,7 +472,8 @@ def verify(run: SoakRun) -> Verdict:
     return Verdict(
         nights=len(run.nights), brokers=len(run.brokers), attempts=len(run.attempts),
         kills=len(kills), kills_by_step=dict(Counter(a.step for a in kills)),
-        deployment_kills=run.deployment_kills,
+        deployment_kills=run.deployment_kills, disk_squeezes=run.disk_squeezes,
+        disk_full_failures=sum(a.outcome == "disk_full" for a in run.attempts),
         failed_attempts=[f"{a.night} {a.broker} {a.step} #{a.attempt}: {a.last_line}"
                          for a in run.failures()],
         rows_compared=sum(len(rows) for rows in soaked.values()),
@@ -437,7 +499,7 @@ def serial_oracle(run: SoakRun) -> Path:
     warehouse.mkdir(parents=True, exist_ok=True)
     config = load_config(write_soak_config(
         warehouse.parent, run.brokers, warehouse=warehouse,
-        checks_output=warehouse.parent / "checks", snapshot_root=run.work / "snapshots"))
+        checks_output=warehouse.parent / "checks", snapshot_root=run.snapshots))
 
     def no_spark() -> Any:
         raise AssertionError("in process")
@@ -445,28 +507,18 @@ def serial_oracle(run: SoakRun) -> Path:
     def send(alert: Any, rules: Any, only: list[str]) -> dict[str, str]:
         return deliver(alert, rules, only=only, context={})
 
-    with alert_servers() as (_, _, connections):
-        saved = {k: os.environ.get(k) for k in connections}
-        os.environ.update(connections)
-        try:
-            for index, night in enumerate(run.nights):
-                for broker in run.brokers:
-                    taken = pipeline.snapshot_broker(
-                        config, BrokerSource(**broker.source(index)), night)
-                    checked = pipeline.check_broker(no_spark, config, pipeline.load_broker(
-                        no_spark, config, taken), config.alerts_config)
-                    pipeline.maintain_broker(config, pipeline.deliver_alert(
-                        config, checked, send))
-                for cluster, members in sorted(_clusters(run.brokers).items()):
-                    outcome = pipeline.check_cluster(
-                        config, cluster, [m.source(index) for m in members], night)
-                    pipeline.deliver_alert(config, outcome, send)
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+    with alert_servers() as (_, _, connections), environment(connections):
+        for index, night in enumerate(run.nights):
+            for broker in run.brokers:
+                taken = pipeline.snapshot_broker(
+                    config, BrokerSource(**broker.source(index)), night)
+                checked = pipeline.check_broker(no_spark, config, pipeline.load_broker(
+                    no_spark, config, taken), config.alerts_config)
+                pipeline.maintain_broker(config, pipeline.deliver_alert(config, checked, send))
+            for cluster, members in sorted(_clusters(run.brokers).items()):
+                outcome = pipeline.check_cluster(
+                    config, cluster, [m.source(index) for m in members], night)
+                pipeline.deliver_alert(config, outcome, send)
     return warehouse
 
 
@@ -486,7 +538,7 @@ def _snapshot_differences(run: SoakRun) -> list[str]:
     from jobs.snapshot.sources import LocalSource
 
     fresh = run.work / "fresh-snapshots"
-    root, taken = snapshots_at(fresh), snapshots_at(run.work / "snapshots")
+    root, taken = snapshots_at(fresh), snapshots_at(run.snapshots)
     differences = []
     for index, night in enumerate(run.nights):
         for broker in run.brokers:
@@ -508,7 +560,7 @@ def _alert_outcome(run: SoakRun) -> tuple[int, dict[str, int], list[str], list[s
     from jobs.lakehouse import tables as T
     from jobs.lakehouse.driver_rows import read_rows
 
-    rows = read_rows(T.table_location(str(run.work / "warehouse"), T.ALERTS))
+    rows = read_rows(T.table_location(str(run.warehouse), T.ALERTS))
     assert run.mailbox is not None
     received: Counter[tuple[str, str, str]] = Counter()
     for envelope in run.mailbox.envelopes:
@@ -544,11 +596,11 @@ def leftovers(run: SoakRun) -> list[str]:
     from jobs.lakehouse.staged_append import STAGING
     from jobs.snapshot.manifest import PARTIAL_PREFIX
 
-    found = [str(p) for p in (run.work / "snapshots").glob(f"*/{PARTIAL_PREFIX}*")]
-    found += [str(p) for p in (run.work / "warehouse").glob(f"*/{STAGING}/**/*")
+    found = [str(p) for p in run.snapshots.glob(f"*/{PARTIAL_PREFIX}*")]
+    found += [str(p) for p in run.warehouse.glob(f"*/{STAGING}/**/*")
               if p.is_file()]
     for broker in run.brokers:
-        with try_lock(run.work / "warehouse", f"load-{broker.name}", {"by": "soak"}) as held:
+        with try_lock(run.warehouse, f"load-{broker.name}", {"by": "soak"}) as held:
             if not held:
                 found.append(f"lock load-{broker.name} still held")
     return found
@@ -569,5 +621,6 @@ def summary(verdict: Verdict) -> str:
         f"{len(verdict.undelivered)}, duplicates after a killed delivery "
         f"{verdict.duplicates_after_kills}, unexplained duplicates "
         f"{len(verdict.unexplained_duplicates)}",
-        f"leftovers {len(verdict.leftovers)}",
+        f"disk full {verdict.disk_squeezes or 'never'}, attempts failed by it "
+        f"{verdict.disk_full_failures}; leftovers {len(verdict.leftovers)}",
         *(f"  kill: {line}" for line in verdict.where_kills_landed)])

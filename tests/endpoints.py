@@ -5,8 +5,11 @@ HTTP server standing in for a Slack-compatible webhook, with the Airflow connect
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -16,6 +19,22 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+@contextmanager
+def environment(values: Mapping[str, str]) -> Iterator[None]:
+    """This process's environment with ``values`` set for the block, then as it was (the
+    clients read their endpoints and Airflow its connections from the environment)."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 class Mailbox:

@@ -14,7 +14,6 @@ Clients reach it the way the ecosystem does: the standard ``AWS_*`` environment 
 
 from __future__ import annotations
 
-import os
 import secrets
 import signal
 import subprocess
@@ -25,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from airflow_scheduler import wait_for_port
-from endpoints import free_port
+from endpoints import environment, free_port
 
 REPO = Path(__file__).resolve().parent.parent
 VERSITYGW_VERSION = "v1.8.0"  # = VERSITYGW_VERSION in the Makefile
@@ -93,16 +92,8 @@ def running_s3(root: Path, port: int | None = None,
 @contextmanager
 def s3_environment(server: S3Server) -> Iterator[None]:
     """This process's ``AWS_*`` variables pointed at ``server`` for the block."""
-    saved = {k: os.environ.get(k) for k in server.environment()}
-    os.environ.update(server.environment())
-    try:
+    with environment(server.environment()):
         yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 @contextmanager

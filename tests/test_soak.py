@@ -54,3 +54,4 @@ def test_a_fleets_nights_under_kills_equal_the_undisturbed_serial_nights(  # typ
     assert verdict.undelivered == [] and verdict.unexplained_duplicates == [], report
     assert verdict.leftovers == [], report
     assert verdict.rows_compared > 0
+
