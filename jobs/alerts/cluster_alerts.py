@@ -61,7 +61,7 @@ def cluster_findings(rules: AlertRules, cluster_rows: Sequence[Row], lag_rows: S
 
 def status_findings(rules: AlertRules, cluster_rows: Iterable[Row]) -> list[Finding]:
     findings = []
-    for row in cluster_rows:
+    for row in sorted(cluster_rows, key=lambda row: str(row["group_name"])):  # in no set order
         group, status = str(row["group_name"]), str(row["status"])
         if row["level"] != "group" or not rules.status.alerts_on(group, status):
             continue
@@ -78,9 +78,12 @@ def status_findings(rules: AlertRules, cluster_rows: Iterable[Row]) -> list[Find
 
 def replica_findings(rules: AlertRules, replica_rows: Iterable[Row]) -> list[Finding]:
     severities = {ERROR, rules.replica.severity, *rules.check_severities}
+    rows = sorted((row for row in replica_rows if row["severity"] in severities),
+                  key=lambda row: (str(row["broker"]), str(row["check_name"]),
+                                   str(row.get("scope") or "")))  # read in no set order
     return [Finding(row["severity"], f"{row['broker']}: {check_line(row)}",
                     key=f"replica {row['broker']} {row['check_name']} {row.get('scope')}")
-            for row in replica_rows if row["severity"] in severities]
+            for row in rows]
 
 
 def evaluate_cluster(rules: AlertRules, cluster: str, snapshot_id: str,

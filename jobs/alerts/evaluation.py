@@ -571,10 +571,14 @@ def lost_message_findings(rules: AlertRules, lag_rows: Iterable[Row]) -> list[Fi
 
 
 def check_findings(rules: AlertRules, check_rows: Iterable[Row]) -> list[Finding]:
-    """A line per check_results row of an alerting severity."""
+    """A line per check_results row of an alerting severity, by check and scope: the rows
+    come from a table in no set order, and an alert must read the same for the same rows
+    (a re-check compares it with the recorded one before sending it again)."""
+    rows = sorted((row for row in check_rows if row["severity"] in rules.check_severities),
+                  key=lambda row: (str(row["check_name"]), str(row.get("scope") or "")))
     return [Finding(row["severity"], check_line(row),
                     key=f"check {row['check_name']} {row.get('scope') or 'broker'}")
-            for row in check_rows if row["severity"] in rules.check_severities]
+            for row in rows]
 
 
 def check_line(row: Row) -> str:
@@ -655,7 +659,7 @@ def status_findings(rules: AlertRules, status_rows: Iterable[Row]) -> list[Findi
     """A line per group whose status (its worst queue, consumer_status level group) alerts:
     the status, its queues, lag, lost messages, catch-up estimate and why."""
     findings = []
-    for row in status_rows:
+    for row in sorted(status_rows, key=lambda row: str(row["group_name"])):  # in no set order
         group, status = str(row["group_name"]), str(row["status"])
         if row.get("level") != "group" or not rules.status.alerts_on(group, status):
             continue
