@@ -272,7 +272,7 @@ def deliver_alert(config: PipelineConfig, checked: dict[str, Any],
         log.info("%s: snapshot %s: alert already delivered (%s)", broker, snapshot_id,
                  ", ".join(delivery))
     failed = {channel: status for channel, status in delivery.items()
-              if status != SENT and config.deliver_alerts}
+              if status != SENT} if config.deliver_alerts else {}
     if failed:
         raise StepError(f"{broker}: alert of snapshot {snapshot_id} not delivered: "
                         + "; ".join(f"{c}: {s}" for c, s in failed.items()))

@@ -48,6 +48,7 @@ from endpoints import (
     webhook_connection,
 )
 from lakehouse import warehouse_content
+from pipeline_nights import _no_spark as no_spark
 
 REPO = Path(__file__).resolve().parent.parent
 STEP = Path(__file__).with_name("chaos_step.py")
@@ -251,10 +252,9 @@ class Soak:
                 thread.join()
             if errors:
                 raise errors[0]
-            for cluster, members in sorted(_clusters(self.run.brokers).items()):
+            for cluster, members in clusters_on(self.run.brokers, index).items():
                 checked = self.step(night, f"cluster:{cluster}", "check_cluster", {
-                    "cluster": cluster, "brokers": [m.source(index) for m in members],
-                    "snapshot_id": night})
+                    "cluster": cluster, "brokers": members, "snapshot_id": night})
                 self.step(night, f"cluster:{cluster}", "alert_cluster", checked)
         finally:
             stop.set()
@@ -501,9 +501,6 @@ def serial_oracle(run: SoakRun) -> Path:
         warehouse.parent, run.brokers, warehouse=warehouse,
         checks_output=warehouse.parent / "checks", snapshot_root=run.snapshots))
 
-    def no_spark() -> Any:
-        raise AssertionError("in process")
-
     def send(alert: Any, rules: Any, only: list[str]) -> dict[str, str]:
         return deliver(alert, rules, only=only, context={})
 
@@ -515,19 +512,20 @@ def serial_oracle(run: SoakRun) -> Path:
                 checked = pipeline.check_broker(no_spark, config, pipeline.load_broker(
                     no_spark, config, taken), config.alerts_config)
                 pipeline.maintain_broker(config, pipeline.deliver_alert(config, checked, send))
-            for cluster, members in sorted(_clusters(run.brokers).items()):
-                outcome = pipeline.check_cluster(
-                    config, cluster, [m.source(index) for m in members], night)
+            for cluster, members in clusters_on(run.brokers, index).items():
+                outcome = pipeline.check_cluster(config, cluster, members, night)
                 pipeline.deliver_alert(config, outcome, send)
     return warehouse
 
 
-def _clusters(brokers: list[SoakBroker]) -> dict[str, list[SoakBroker]]:
-    clusters: dict[str, list[SoakBroker]] = {}
-    for broker in brokers:
-        if broker.cluster:
-            clusters.setdefault(broker.cluster, []).append(broker)
-    return clusters
+def clusters_on(brokers: list[SoakBroker], night: int) -> dict[str, list[dict[str, Any]]]:
+    """The fleet's clusters as the DAG lists them (jobs.pipeline_config.clusters_of), each
+    with its brokers as they were on ``night``."""
+    from jobs.pipeline_config import BrokerSource, clusters_of
+
+    clusters = clusters_of([BrokerSource(**broker.source(night)) for broker in brokers])
+    return {name: [member.as_dict() for member in members]
+            for name, members in sorted(clusters.items())}
 
 
 def _snapshot_differences(run: SoakRun) -> list[str]:

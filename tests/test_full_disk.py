@@ -24,6 +24,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from lakehouse import warehouse_content
+from pipeline_nights import _no_spark as no_spark
 from pipeline_nights import write_pipeline_config
 
 from jobs import pipeline
@@ -78,9 +79,6 @@ def versions(config: PipelineConfig) -> dict[str, int]:
     return {name: open_delta_table(table_location(config.warehouse, name)).version()
             for name in T.TABLES}
 
-
-def no_spark() -> object:
-    raise AssertionError("these nights run in process")
 
 
 def night_steps(config: PipelineConfig, snapshot_id: str, store: Path

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from airflow_scheduler import DagRunRecord, deployment
 from lakehouse import warehouse_content
+from pipeline_nights import _no_spark as no_spark
 
 from jobs import pipeline
 from jobs.pipeline_config import BrokerSource, load_config
@@ -71,7 +72,3 @@ def test_the_scheduler_killed_with_its_running_task_and_restarted_finishes_the_n
         no_spark, oracle, taken), oracle.alerts_config)
     pipeline.maintain_broker(oracle, checked)
     assert warehouse_content(config.warehouse) == warehouse_content(oracle.warehouse)
-
-
-def no_spark() -> object:
-    raise AssertionError("in process")

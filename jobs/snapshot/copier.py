@@ -30,7 +30,13 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 
-from jobs.lakehouse.disk_space import DiskFullError, is_disk_full, space_of, written_path
+from jobs.lakehouse.disk_space import (
+    DiskFullError,
+    human,
+    is_disk_full,
+    space_of,
+    written_path,
+)
 from jobs.snapshot.manifest import (
     CHUNK,
     COPIED,
@@ -185,7 +191,7 @@ class _Copier:
         if free >= needed:
             return
         if self.make_room is not None:
-            self.progress(f"{self.broker}: {needed} bytes to copy, {free} free: "
+            self.progress(f"{self.broker}: {human(needed)} to copy, {human(free)} free: "
                           "expired snapshots removed first")
             self.make_room()
             free, _ = space_of(self.target)
