@@ -420,7 +420,10 @@ def test_the_nightly_page_shows_latency_per_group_and_the_transactions(
         loaded: Registry, truth: Truth, s1: Copy, tmp_path: Path) -> None:
     """The final snapshot's page: per group, the percentiles of its traced consumptions new
     in that snapshot (computed here from the table's rows), and one line per transaction
-    row of the snapshot: those still pending at s1 (how many depends on the run's timing)."""
+    row of the snapshot: those still pending at s1 (how many depends on the run's timing).
+    The percentiles of whole milliseconds are exact at two decimals, where the query rounds
+    them: unrounded, the engine's and numpy's last bits differ, and one decimal of a
+    x.x5 tie went either way (CI: 268.0 against 268.1)."""
     import re
 
     from jobs.report.pages import write_report
@@ -443,7 +446,8 @@ def test_the_nightly_page_shows_latency_per_group_and_the_transactions(
              for row in re.findall(r"<tr class.*?</tr>", table)]
     assert shown == [
         [group, str(len(values)), str(failed[group]),
-         *(f"{float(np.percentile(values, q, method='linear')):,.1f}" for q in (50, 95, 99)),
+         *(f"{round(float(np.percentile(values, q, method='linear')), 2):,.1f}"
+           for q in (50, 95, 99)),
          f"{max(values):,}"] for group, values in sorted(latencies.items())]
     assert len(shown) == 4
     states = Counter(r["state"] for r in rows_of(loaded, T.TRANSACTIONS, broker=BROKER,
