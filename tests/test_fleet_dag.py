@@ -1,8 +1,13 @@
-"""The nightly DAG over a fleet of four brokers under a real scheduler: the Spark pool holds.
+"""The nightly DAG over a fleet of five brokers under a real scheduler: the Spark pool holds.
 
 ``airflow dags test`` runs every ready task at once and ignores pools, so this runs
 ``rmq_nightly`` the way production does (tests/airflow_scheduler.py: API server, DAG
 processor and scheduler with the LocalExecutor, each task a process of its own).
+
+One scheduled run covers what two did (a run costs minutes of task start-ups on two
+cores): the fleet mixes the store kinds (a cluster with a slave, DLedger, RocksDB), keeps
+its snapshots and tables in a bucket, and decodes on Spark, so that the pool has five
+brokers' Spark applications to bound.
 """
 
 from __future__ import annotations
@@ -12,9 +17,7 @@ from pathlib import Path
 
 import pytest
 from airflow_scheduler import deployment
-from deltalake import DeltaTable
 from s3_server import serving_bucket
-from test_fleet import DRIVER_MEMORY, FLEET
 
 from jobs.lakehouse import tables as T
 from jobs.lakehouse.locations import Location, open_delta_table
@@ -27,50 +30,27 @@ pytestmark = [pytest.mark.spark, pytest.mark.broker]
 
 POOL, SLOTS = "rmq_spark", 2
 WAREHOUSE = "s3://lake/warehouse"
+#: Each task's driver heap: two task JVMs of the default 4g beside the test lanes' own
+#: sessions once got one OOM-killed on 24 GiB (docs/fleet.md); a load of these stores peaks
+#: at 1.9 GiB resident with 1.5 GiB of heap.
+DRIVER_MEMORY = "1536m"
 
 
-def test_a_scheduled_dag_run_of_four_brokers_keeps_to_the_spark_pool(  # type: ignore[no-untyped-def]
-        broker_stores, tmp_path: Path):
-    """``rmq_nightly`` over the four brokers under a real scheduler (LocalExecutor, each task
-    a process of its own): every task group succeeds, and never more load and check tasks
-    (each a Spark application) ran at once than the pool has slots, by the scheduler's own
-    record of when each task instance began and ended; nor were more driver JVMs alive at
-    any sample (every half second) than it has slots, since a task ends its JVM before it
-    gives back its slot.
-    """
-    brokers = [{"name": broker, "store": str(broker_stores[variant] / "store")}
-               for broker, variant in FLEET.items()]
-    # The loads decode on Spark: these small stores would otherwise load in process and
-    # no task would start a JVM for the pool to bound.
-    with deployment(tmp_path, brokers, POOL, SLOTS,
-                    extra_env={DRIVER_MEMORY_ENV: DRIVER_MEMORY},
-                    settings={"load_engine": "spark"}) as airflow:
-        run = airflow.run("rmq_nightly", datetime(2026, 11, 24, 2, tzinfo=UTC), 1800)
-        logs = airflow.log_tail("scheduler")
-    states = {(t.task_id, t.map_index): t.state for t in run.tasks}
-    # the tasks that did not succeed first: a long message is cut at its end
-    assert run.state == "success", ({k: v for k, v in states.items() if v != "success"},
-                                    run.failed_task_logs(), logs)
-    for step in ("snapshot", "load", "check", "alert", "maintain", "clean_up"):
-        assert {states[(f"broker.{step}", i)] for i in range(len(FLEET))} == {"success"}, step
-    assert {t.task_id for t in run.tasks if t.pool == POOL} == {"broker.load", "broker.check"}
-    assert 1 <= run.most_at_once(POOL) <= SLOTS
-    assert 1 <= run.peak_spark_jvms <= SLOTS
-    snapshots = DeltaTable(str(table_location(tmp_path / "warehouse", T.SNAPSHOTS)))
-    assert sorted(snapshots.to_pyarrow_table().column("broker").to_pylist()) == sorted(FLEET)
-
-
-def test_a_scheduled_dag_run_over_a_cluster_a_dledger_and_a_rocksdb_broker(  # type: ignore[no-untyped-def]
+def test_a_scheduled_dag_run_of_a_mixed_fleet_keeps_to_the_spark_pool(  # type: ignore[no-untyped-def]
         cluster_store, dledger5_store, rocksdb_store, tmp_path: Path):
     """``rmq_nightly`` over the real 5.5.0 cluster (two masters and a slave, their stores as
-    the brokers left them at s2) and a DLedger broker beside it, under the scheduler, with
-    the snapshots and the warehouse in a bucket of the local S3 server (the reports in
-    ``checks_output`` beside it): the brokers' task groups run side by
-    side (LocalExecutor), then the cluster's stage; Diff Total per group equals what
-    ``consumerProgress`` printed, the slave is a copy of its master (compared from the
-    snapshots read back from the bucket), the DLedger broker's night loads every entry's
-    record and the RocksDB broker's (storeType=defaultRocksDB) every unit of its RocksDB
-    queue, and both check clean."""
+    the brokers left them at s2), a DLedger broker and a RocksDB broker beside it, under the
+    scheduler, with the snapshots and the warehouse in a bucket of the local S3 server (the
+    reports in ``checks_output`` beside it) and every load on Spark:
+    - every task group succeeds, side by side (LocalExecutor), then the cluster's stage;
+    - never more load and check tasks (each a Spark application) ran at once than the pool
+      has slots, by the scheduler's own record of when each task instance began and ended;
+      nor were more driver JVMs alive at any sample (every half second) than it has slots,
+      since a task ends its JVM before it gives back its slot;
+    - Diff Total per group equals what ``consumerProgress`` printed, the slave is a copy of
+      its master (compared from the snapshots read back from the bucket), the DLedger
+      broker's night loads every entry's record and the RocksDB broker's
+      (storeType=defaultRocksDB) every unit of its RocksDB queue, and both check clean."""
     import json
 
     from rmqlib.dledger.records import scan_dledger
@@ -85,16 +65,18 @@ def test_a_scheduled_dag_run_over_a_cluster_a_dledger_and_a_rocksdb_broker(  # t
     reports = tmp_path / "checks"
     with serving_bucket(tmp_path / "s3", "lake"), \
             deployment(tmp_path, brokers, POOL, SLOTS,
-                       {MIRROR_ENV: str(tmp_path / "mirror")},
+                       {MIRROR_ENV: str(tmp_path / "mirror"), DRIVER_MEMORY_ENV: DRIVER_MEMORY},
+                       # these small stores would otherwise load in process, and no task
+                       # would start a JVM for the pool to bound
                        {"snapshot_root": "s3://lake/snapshots", "warehouse": WAREHOUSE,
-                        "checks_output": str(reports)}) as airflow:
-        run = airflow.run("rmq_nightly", datetime(2026, 11, 24, 2, tzinfo=UTC), 1200)
+                        "checks_output": str(reports), "load_engine": "spark"}) as airflow:
+        run = airflow.run("rmq_nightly", datetime(2026, 11, 24, 2, tzinfo=UTC), 1800)
         logs = airflow.log_tail("scheduler")
         published = {b["name"]: (Location("s3://lake/snapshots") / b["name"]).directories()
                      for b in brokers}
         tables = {name: open_delta_table(table_location(WAREHOUSE, name)).to_pyarrow_table()
                   for name in (T.CLUSTER_LAG, T.REPLICA_STATUS, T.MESSAGES, T.QUEUE_ENTRIES,
-                               T.CHECK_RESULTS)}
+                               T.CHECK_RESULTS, T.SNAPSHOTS)}
     states = {(t.task_id, t.map_index): t.state for t in run.tasks}
     # the tasks that did not succeed first: a long message is cut at its end
     assert run.state == "success", ({k: v for k, v in states.items() if v != "success"},
@@ -103,9 +85,13 @@ def test_a_scheduled_dag_run_over_a_cluster_a_dledger_and_a_rocksdb_broker(  # t
         assert {states[(f"broker.{step}", i)] for i in range(len(brokers))} == {"success"}
     assert states[("cluster.check_cluster", 0)] == states[("cluster.alert_cluster", 0)] \
         == "success"
+    assert {t.task_id for t in run.tasks if t.pool == POOL} == {"broker.load", "broker.check"}
     assert 1 <= run.most_at_once(POOL) <= SLOTS
+    assert 1 <= run.peak_spark_jvms <= SLOTS
     assert published == {b["name"]: ["2026-11-24T0200Z", "objects"] for b in brokers}
     assert not (tmp_path / "snapshots").exists() and not (tmp_path / "warehouse").exists()
+    assert sorted(tables[T.SNAPSHOTS].column("broker").to_pylist()) == \
+        sorted(b["name"] for b in brokers)
     lag = tables[T.CLUSTER_LAG]
     totals = {r["group_name"]: r["diff_total"] for r in lag.to_pylist() if r["level"] == "group"}
     progress = [json.loads(line) for line in (truth / "consumer_progress_s2.jsonl").open()]

@@ -5,10 +5,15 @@ leases for the locks).
 A fleet's nights on the bucket, four brokers snapshotting into it, loading, checking and
 maintaining at once in processes of their own (each a host with its own mirror), must
 give the very tables the same snapshots give on local disk one broker after another (read
-with delta-rs). The CLI must work on the bucket, refuse Spark's
-own Delta writer there in one line, and never create a local directory named after the
-URI. A store that goes away under a step fails it in one line, and its re-run heals the
-night. (A night on Spark, and one throttled: tests/test_s3_spark.py.)
+with delta-rs). Their decode stages must overlap, not take turns: each process meets the
+others at a barrier as its decode stage begins (a file per broker) and records when it
+began and ended; were anything to serialise the loads up to there (a warehouse-wide lock,
+a table lock), no process would pass the barrier and the test would fail on its timeout,
+whatever the machine's timing. (The same on local disk, under kills: tests/test_soak.py.)
+The CLI must work on the bucket, refuse Spark's own Delta writer there in one line, and
+never create a local directory named after the URI. A store that goes away under a step
+fails it in one line, and its re-run heals the night. (A night on Spark, and one
+throttled: tests/test_s3_spark.py.)
 """
 
 from __future__ import annotations
@@ -45,13 +50,16 @@ NIGHTS = ("n1", "n2")
 LEASE_SECONDS = 3.0  # the outage test's lock leases
 RETRY_SECONDS = 3.0  # how long the outage tests' clients retry before a step fails
 SNAPSHOTS = "s3://lake/fleet-snapshots"
+BARRIER_SECONDS = 900  # four processes start on two cores: generous, a deadlock guard only
 BROKER_NIGHT = """
-import sys
+import sys, time
 from datetime import datetime
 from pathlib import Path
 from jobs.check_job import check_snapshot
+from jobs.lakehouse import tables as T
 from jobs.lakehouse.spark_session import SparkOnDemand
 from jobs.lakehouse.tables import Registry
+from jobs.load import job
 from jobs.load.job import LoadOptions, load_snapshot
 from jobs.maintain.maintenance import maintain_tables
 from jobs.snapshot.roots import snapshots_at
@@ -60,7 +68,27 @@ from jobs.snapshot.sources import LocalSource
 def no_spark():
     raise AssertionError("a warehouse on S3 is written without Spark")
 
-warehouse, snapshots, broker, snapshot_id, store, checks = sys.argv[1:]
+warehouse, snapshots, broker, snapshot_id, store, checks, *meet = sys.argv[1:]
+decode_into = job.SnapshotLoad.decode_into
+
+def decode_at_the_barrier(self, table, *args, **kwargs):
+    # the decode stage is messages -> queue_entries -> index_entries; each broker records
+    # when it began and ended, and none goes on until all have begun
+    barrier, brokers, seconds = Path(meet[0]), int(meet[1]), float(meet[2])
+    if table == T.MESSAGES:
+        (barrier / f"{broker}.began").write_text(repr(time.time()))
+        deadline = time.monotonic() + seconds
+        while len(list(barrier.glob("*.began"))) < brokers:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{broker}: the other brokers never reached their decode stage")
+            time.sleep(0.05)
+    result = decode_into(self, table, *args, **kwargs)
+    if table == T.INDEX_ENTRIES:
+        (barrier / f"{broker}.ended").write_text(repr(time.time()))
+    return result
+
+if meet:
+    job.SnapshotLoad.decode_into = decode_at_the_barrier
 taken = snapshots_at(snapshots).take(LocalSource(store), broker, snapshot_id)
 load_snapshot(SparkOnDemand(no_spark), broker, snapshot_id,
               snapshots_at(snapshots).local_store(broker, snapshot_id),
@@ -89,10 +117,14 @@ def test_four_brokers_at_once_on_s3_equal_one_after_another_on_local_disk(
     script = tmp_path / "broker_night.py"
     script.write_text(BROKER_NIGHT)
     hosts = tmp_path / "hosts"  # each broker's process a host of its own (its mirror)
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
     for night in NIGHTS:  # n1 creates the tables in a race, n2 appends to them
+        meet = [str(barrier), str(len(FLEET)), str(BARRIER_SECONDS)] if night == NIGHTS[0] \
+            else []
         running = {broker: subprocess.Popen(
             [sys.executable, str(script), bucket, SNAPSHOTS, broker, night,
-             str(broker_stores[variant] / "store"), str(tmp_path / "checks")],
+             str(broker_stores[variant] / "store"), str(tmp_path / "checks"), *meet],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             env={**os.environ, "PYTHONPATH": str(REPO), MIRROR_ENV: str(hosts / broker)})
             for broker, variant in FLEET.items()}
@@ -102,6 +134,10 @@ def test_four_brokers_at_once_on_s3_equal_one_after_another_on_local_disk(
             if process.returncode != 0:
                 failed.append(f"{broker} exit {process.returncode}:\n{output[-3000:]}")
         assert not failed, "\n".join(failed)
+        if meet:  # all four were in their decode stage at once: no lock serialised them
+            began, ended = ([float(f.read_text()) for f in barrier.glob(f"*.{edge}")]
+                            for edge in ("began", "ended"))
+            assert len(began) == len(ended) == len(FLEET) and max(began) < min(ended)
         # The oracle: one broker after another into a local disk, from the same snapshots
         # read back on a host of its own.
         monkeypatch.setenv(MIRROR_ENV, str(hosts / "oracle"))
@@ -122,7 +158,8 @@ def test_four_brokers_at_once_on_s3_equal_one_after_another_on_local_disk(
         only = sorted(set(rows) ^ set(on_s3[name]))
         assert on_s3[name] == rows, f"{name}: " + "\n".join(
             ("s3 " if row in on_s3[name] else "disk ") + row for row in only[:10])
-    assert sorted(tmp_path.iterdir()) == sorted([script, local, tmp_path / "checks", hosts])
+    assert sorted(tmp_path.iterdir()) == sorted([script, local, tmp_path / "checks", hosts,
+                                                 barrier])
     loaded = [json.loads(row) for row in on_s3[T.SNAPSHOTS]]  # named by their URIs
     assert {row["store_path"] for row in loaded} == {
         f"{SNAPSHOTS}/{broker}/{night}" for broker in FLEET for night in NIGHTS}

@@ -51,3 +51,18 @@ def test_session_is_configured_for_delta_and_utc(spark) -> None:
     assert conf.get("spark.sql.catalog.spark_catalog").endswith("DeltaCatalog")
     jars = spark.sparkContext.getConf().get("spark.jars")
     assert "delta-spark_4.1_2.13-4.4.0.jar" in jars
+
+
+def test_the_driver_has_the_heap_it_was_given(spark) -> None:  # type: ignore[no-untyped-def]
+    """RMQ_SPARK_DRIVER_MEMORY sizes the driver's JVM (the test lanes give 2g; a fleet's
+    pool of N Spark slots needs N x it free: docs/fleet.md), else the default 4g."""
+    import os
+
+    from jobs.lakehouse.spark_session import BASE_CONF, DRIVER_MEMORY_ENV
+
+    given = os.environ.get(DRIVER_MEMORY_ENV) or BASE_CONF["spark.driver.memory"]
+    assert spark.sparkContext.getConf().get("spark.driver.memory") == given
+    units = {"m": 1 << 20, "g": 1 << 30}
+    heap = int(given[:-1]) * units[given[-1].lower()]
+    # the JVM reports its -Xmx less one survivor space
+    assert 0.8 * heap < spark._jvm.java.lang.Runtime.getRuntime().maxMemory() <= heap
