@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -331,10 +331,13 @@ def _epoch(text: str | None) -> float | None:
 @contextmanager
 def deployment(work: Path, brokers: list[dict], pool: str, slots: int,
                extra_env: dict[str, str] | None = None,
-               settings: dict[str, object] | None = None) -> Iterator[Deployment]:
+               settings: dict[str, object] | None = None,
+               without: Iterable[str] = ()) -> Iterator[Deployment]:
     """A fresh Airflow home (``work/airflow``) with ``rmq_nightly`` unpaused, ``pool`` of
     ``slots``, the brokers as the ``rmq_brokers`` Variable, and the daemons running; the
-    pipeline's snapshots and warehouse under ``work`` (see :func:`write_pipeline_config`)."""
+    pipeline's snapshots and warehouse under ``work`` (see :func:`write_pipeline_config`);
+    the variables ``without`` names are not passed on (say, ``AWS_*`` when the keys are to
+    come from an Airflow connection only)."""
     home = work / "airflow"
     home.mkdir(parents=True, exist_ok=True)
     pipeline_config = write_pipeline_config(work, pool, slots, settings)
@@ -347,7 +350,8 @@ def deployment(work: Path, brokers: list[dict], pool: str, slots: int,
            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
            "RMQ_PIPELINE_CONFIG": str(pipeline_config),
            "AIRFLOW_VAR_RMQ_BROKERS": json.dumps(brokers), **(extra_env or {})}
-    env.pop("RMQ_WAREHOUSE", None)
+    for name in ("RMQ_WAREHOUSE", *without):
+        env.pop(name, None)
     deployed = Deployment(home, env)
     deployed.airflow("db", "migrate")
     deployed.airflow("pools", "set", pool, str(slots), "Spark applications at once")

@@ -18,7 +18,7 @@ LANE_A=(tests/test_dag.py tests/test_fleet_dag.py tests/test_cluster.py
         tests/test_driver_rows.py tests/test_rocksdb_pipeline.py
         tests/test_compaction_pipeline.py tests/test_controller_pipeline.py
         tests/test_load_rewrites.py tests/test_changing_pipeline.py
-        tests/test_s3_warehouse.py tests/test_s3_dag.py tests/test_leases.py
+        tests/test_s3_warehouse.py tests/test_leases.py
         tests/test_s3_server.py tests/test_scheduler_restart.py
         tests/test_maintenance_races.py)
 # Memory: every Spark driver JVM of the suite gets a 2 GiB heap (RMQ_SPARK_DRIVER_MEMORY;

@@ -20,7 +20,7 @@ from airflow_scheduler import deployment
 from s3_server import serving_bucket
 
 from jobs.lakehouse import tables as T
-from jobs.lakehouse.locations import Location, open_delta_table
+from jobs.lakehouse.locations import AWS_VARIABLES, Location, open_delta_table
 from jobs.lakehouse.spark_session import DRIVER_MEMORY_ENV
 from jobs.lakehouse.tables import table_location
 from jobs.snapshot.bucket import MIRROR_ENV
@@ -41,7 +41,9 @@ def test_a_scheduled_dag_run_of_a_mixed_fleet_keeps_to_the_spark_pool(  # type: 
     """``rmq_nightly`` over the real 5.5.0 cluster (two masters and a slave, their stores as
     the brokers left them at s2), a DLedger broker and a RocksDB broker beside it, under the
     scheduler, with the snapshots and the warehouse in a bucket of the local S3 server (the
-    reports in ``checks_output`` beside it) and every load on Spark:
+    reports in ``checks_output`` beside it), its keys and endpoint given only as the Airflow
+    ``aws`` connection of ``aws_conn_id`` (no ``AWS_*`` variable in any Airflow process),
+    and every load on Spark:
     - every task group succeeds, side by side (LocalExecutor), then the cluster's stage;
     - never more load and check tasks (each a Spark application) ran at once than the pool
       has slots, by the scheduler's own record of when each task instance began and ended;
@@ -50,7 +52,8 @@ def test_a_scheduled_dag_run_of_a_mixed_fleet_keeps_to_the_spark_pool(  # type: 
     - Diff Total per group equals what ``consumerProgress`` printed, the slave is a copy of
       its master (compared from the snapshots read back from the bucket), the DLedger
       broker's night loads every entry's record and the RocksDB broker's
-      (storeType=defaultRocksDB) every unit of its RocksDB queue, and both check clean."""
+      (storeType=defaultRocksDB) every unit of its RocksDB queue, and both check clean;
+    - the secret key is in no file of the Airflow home but its metadata database."""
     import json
 
     from rmqlib.dledger.records import scan_dledger
@@ -63,15 +66,23 @@ def test_a_scheduled_dag_run_of_a_mixed_fleet_keeps_to_the_spark_pool(  # type: 
     brokers.append({"name": "broker-dledger", "store": str(dledger5_store / "store")})
     brokers.append({"name": "broker-rocksdb", "store": str(rocksdb_store / "store")})
     reports = tmp_path / "checks"
-    with serving_bucket(tmp_path / "s3", "lake"), \
-            deployment(tmp_path, brokers, POOL, SLOTS,
-                       {MIRROR_ENV: str(tmp_path / "mirror"), DRIVER_MEMORY_ENV: DRIVER_MEMORY},
-                       # these small stores would otherwise load in process, and no task
-                       # would start a JVM for the pool to bound
-                       {"snapshot_root": "s3://lake/snapshots", "warehouse": WAREHOUSE,
-                        "checks_output": str(reports), "load_engine": "spark"}) as airflow:
-        run = airflow.run("rmq_nightly", datetime(2026, 11, 24, 2, tzinfo=UTC), 1800)
-        logs = airflow.log_tail("scheduler")
+    with serving_bucket(tmp_path / "s3", "lake") as s3:
+        keys = s3.environment()
+        connection = {"conn_type": "aws", "login": keys["AWS_ACCESS_KEY_ID"],
+                      "password": keys["AWS_SECRET_ACCESS_KEY"],
+                      "extra": {"endpoint_url": keys["AWS_ENDPOINT_URL"],
+                                "region_name": keys["AWS_REGION"]}}
+        env = {MIRROR_ENV: str(tmp_path / "mirror"), DRIVER_MEMORY_ENV: DRIVER_MEMORY,
+               "AIRFLOW_CONN_RMQ_S3": json.dumps(connection)}
+        # these small stores would otherwise load in process, and no task would start a
+        # JVM for the pool to bound
+        settings = {"snapshot_root": "s3://lake/snapshots", "warehouse": WAREHOUSE,
+                    "checks_output": str(reports), "load_engine": "spark",
+                    "aws_conn_id": "rmq_s3"}
+        with deployment(tmp_path, brokers, POOL, SLOTS, env, settings,
+                        without=AWS_VARIABLES) as airflow:
+            run = airflow.run("rmq_nightly", datetime(2026, 11, 24, 2, tzinfo=UTC), 1800)
+            logs = airflow.log_tail("scheduler")
         published = {b["name"]: (Location("s3://lake/snapshots") / b["name"]).directories()
                      for b in brokers}
         tables = {name: open_delta_table(table_location(WAREHOUSE, name)).to_pyarrow_table()
@@ -88,6 +99,11 @@ def test_a_scheduled_dag_run_of_a_mixed_fleet_keeps_to_the_spark_pool(  # type: 
     assert {t.task_id for t in run.tasks if t.pool == POOL} == {"broker.load", "broker.check"}
     assert 1 <= run.most_at_once(POOL) <= SLOTS
     assert 1 <= run.peak_spark_jvms <= SLOTS
+    # the keys reached every task from the connection alone, and no log holds the secret
+    written = [p for p in (tmp_path / "airflow").rglob("*") if p.is_file()
+               and keys["AWS_SECRET_ACCESS_KEY"].encode() in p.read_bytes()
+               and p.suffix != ".db"]
+    assert written == []
     assert published == {b["name"]: ["2026-11-24T0200Z", "objects"] for b in brokers}
     assert not (tmp_path / "snapshots").exists() and not (tmp_path / "warehouse").exists()
     assert sorted(tables[T.SNAPSHOTS].column("broker").to_pylist()) == \
