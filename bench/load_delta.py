@@ -80,6 +80,7 @@ VARIANTS: dict[str, dict] = {
     "lookupformer": {"env": "lookup-former"},
     "deltarswriter": {"env": "deltars-writer"},
     "former": {"env": "inprocess-former"},
+    "dictall": {"env": "dict-all"},
     "nodict": {"conf": {"parquet.enable.dictionary": "false"}},
     # dictionary encoding off only for the columns whose values are (nearly) all distinct
     "nodict-unique": {"conf": {f"parquet.enable.dictionary#{column}": "false" for column in (

@@ -2,7 +2,7 @@
 streams: every row lands once in its partition's directory, in the order it came, in row
 groups no larger than asked, files rolled at the target size; the add actions delta-rs
 derives name every file with its partition values, its row count and the true minimum
-and maximum of each statistics column."""
+and maximum of each statistics column; only text columns get a dictionary page."""
 
 from __future__ import annotations
 
@@ -69,6 +69,12 @@ def test_every_row_lands_once_in_order_in_its_partition(batches, group_rows, tar
             assert "store_date" not in file.schema_arrow.names
             assert all(file.metadata.row_group(i).num_rows <= group_rows
                        for i in range(file.metadata.num_row_groups))
+            # a dictionary for the text column only (dictionary_columns)
+            assert {(file.metadata.schema.column(c).name,
+                     file.metadata.row_group(g).column(c).has_dictionary_page)
+                    for g in range(file.metadata.num_row_groups)
+                    for c in range(file.metadata.num_columns)} <= {
+                ("topic", True), ("physical_offset", False), ("body", False)}
             table = file.read()
             offsets = table["physical_offset"].to_pylist()
             assert offsets == sorted(offsets)  # written in the order the rows came

@@ -15,6 +15,8 @@ Comma-separated items:
   costs
 * ``inprocess-former``  the in-process load's facts streamed by delta-rs' ``write_deltalake``
   into the table in one append (before 2026-11-29), in place of staged pyarrow files
+* ``dict-all``  pyarrow's default dictionary encoding on every column (before 2026-11-29,
+  later), in place of the text columns only
 
 Without ``RMQ_BENCH_PATCH`` this module does nothing.
 """
@@ -53,6 +55,10 @@ def _apply(spec: str) -> None:
             _former_staging_writer()
         elif item == "inprocess-former":
             _former_in_process_append()
+        elif item == "dict-all":
+            from jobs.lakehouse import parquet_files
+
+            parquet_files.dictionary_columns = lambda schema: True
         else:
             raise ValueError(f"unknown RMQ_BENCH_PATCH item {item!r}")
 

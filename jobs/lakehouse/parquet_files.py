@@ -36,6 +36,16 @@ ROW_GROUP_BYTES = 64 * 2**20
 DEFAULT_OPTIONS: dict[str, Any] = {"compression": "zstd"}
 
 
+def dictionary_columns(schema: pa.Schema) -> list[str]:
+    """The columns worth a dictionary page: the text ones (broker, topic, tags, hosts,
+    file names repeat within a row group). pyarrow tries a dictionary on every column by
+    default and gives up per column chunk once it outgrows its page; on offsets, times,
+    bodies and maps the try costs CPU and the fallback bytes: at 100-byte bodies the
+    messages rows took 25 % less CPU and 9 % less space without it (bench/README.md)."""
+    return [f.name for f in schema if pa.types.is_string(f.type)
+            or pa.types.is_large_string(f.type)]
+
+
 class RollingParquetFiles:
     """Parquet files of one directory (a partition), written in row groups of at most
     ``row_group_rows`` rows or about ``ROW_GROUP_BYTES`` bytes; a new file begins once the
@@ -45,7 +55,8 @@ class RollingParquetFiles:
                  options: Mapping[str, Any]) -> None:
         self.directory, self.schema, self.target_bytes = directory, schema, target_bytes
         self.row_group_rows = int(options.get("row_group_size", ROW_GROUP_ROWS))
-        self.writer_options = {k: v for k, v in options.items() if k != "row_group_size"}
+        self.writer_options = {"use_dictionary": dictionary_columns(schema),
+                               **{k: v for k, v in options.items() if k != "row_group_size"}}
         self.writer: pq.ParquetWriter | None = None
         self.path: Path | None = None
         self.pending: list[pa.RecordBatch] = []
@@ -192,4 +203,4 @@ def logged_adds(table_dir: Path | Location) -> list[dict[str, Any]]:
 
 
 __all__ = ["DEFAULT_OPTIONS", "ROW_GROUP_ROWS", "RollingParquetFiles", "add_actions",
-           "logged_adds", "partition_path", "write_in_order", "write_partitioned"]
+           "dictionary_columns", "logged_adds", "partition_path", "write_in_order", "write_partitioned"]
