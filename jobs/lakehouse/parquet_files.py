@@ -203,4 +203,5 @@ def logged_adds(table_dir: Path | Location) -> list[dict[str, Any]]:
 
 
 __all__ = ["DEFAULT_OPTIONS", "ROW_GROUP_ROWS", "RollingParquetFiles", "add_actions",
-           "dictionary_columns", "logged_adds", "partition_path", "write_in_order", "write_partitioned"]
+           "dictionary_columns", "logged_adds", "partition_path", "write_in_order",
+           "write_partitioned"]

@@ -32,7 +32,7 @@ import re
 import shutil
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,8 @@ class StagedLayout:
     configuration: Mapping[str, str]  # the table's delta.dataSkipping* settings
     target_file_bytes: int | None = None
     compression: str = "ZSTD"
+    # more of pyarrow's writer settings (row groups, Bloom filters, dictionary columns)
+    options: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _table(location: str | Path | Location) -> Location:
@@ -100,12 +102,13 @@ def stage(batches: Iterable[pa.RecordBatch], area: str | Location, layout: Stage
 
 
 def parquet_options(layout: StagedLayout) -> dict[str, Any]:
-    """pyarrow's writer settings for ``layout``: its compression, and column statistics
-    where Delta's file statistics are taken from (every column when the table does not
-    name its statistics columns)."""
+    """pyarrow's writer settings for ``layout``: its compression, column statistics where
+    Delta's file statistics are taken from (every column when the table does not name its
+    statistics columns), and the layout's own further options."""
     named = layout.configuration.get(STATS_COLUMNS)
     columns = [c.strip() for c in named.split(",") if c.strip()] if named else None
-    return {"compression": layout.compression.lower(), "write_statistics": columns or True}
+    return {"compression": layout.compression.lower(), "write_statistics": columns or True,
+            **layout.options}
 
 
 def statistics_settings(configuration: Mapping[str, str | None]) -> dict[str, str | None]:
