@@ -20,10 +20,10 @@ is :func:`fact_writer`'s choice, from ``load_engine`` and ``local_load_up_to_mib
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from jobs.lakehouse.driver_rows import committed
 from jobs.lakehouse.engine_choice import LOCAL, SPARK, runs_in_process
@@ -111,16 +111,18 @@ class InProcessFacts:
 
 
 def append_staged(location: str, contract: Contract, app_id: str, version: int,
-                  write: Callable[[str, StagedLayout], list[list[dict]]]) -> None:
+                  write: Callable[[str, StagedLayout], list[list[dict]]],
+                  options: Mapping[str, Any] | None = None) -> None:
     """The append ``(app_id, version)`` of the files ``write(area, layout)`` stages (the
     add actions of each attempt it accepts), committed once by this process; nothing is
     written when the table has it already (as Delta's own txn check did) and what an
-    earlier attempt left is cleared first."""
+    earlier attempt left is cleared first. ``options``: more of pyarrow's writer settings
+    (the layout's)."""
     if committed(location, app_id, version):
         return
     clear_staging(location, app_id, version)
     attempts = write(str(staging_dir(location, app_id, version)),
-                     staged_layout(location, contract))
+                     staged_layout(location, contract, options))
     commit_staged(location, app_id, version, [add for adds in attempts for add in adds])
 
 
@@ -199,13 +201,16 @@ def consecutive_groups(tasks: list[Task], count: int) -> list[list[Task]]:
     return groups
 
 
-def staged_layout(location: str, contract: Contract) -> StagedLayout:
+def staged_layout(location: str, contract: Contract,
+                  options: Mapping[str, Any] | None = None) -> StagedLayout:
     """How the tasks write ``location``'s files: the contract's columns and partitioning,
     the table's own statistics settings, files of the size its compaction leaves alone
-    (a night in process is one attempt: without it one file per partition)."""
+    (a night in process is one attempt: without it one file per partition), and
+    ``options`` for pyarrow's writer."""
     return StagedLayout(contract.arrow_schema(), tuple(contract.partition_columns),
                         statistics_settings(open_delta_table(location).metadata().configuration),
-                        target_file_bytes=POLICIES[contract.table].target_file_bytes)
+                        target_file_bytes=POLICIES[contract.table].target_file_bytes,
+                        options=dict(options or {}))
 
 
 def _staged_files(area: str, layout: StagedLayout, context: DecodeContext

@@ -24,19 +24,12 @@ from pathlib import Path
 import pyarrow as pa
 
 from jobs.lakehouse import tables as T
-from jobs.lakehouse.driver_rows import arrow_dataset, committed, sql_text
+from jobs.lakehouse.driver_rows import arrow_dataset, sql_text
 from jobs.lakehouse.locations import Location, open_delta_table
 from jobs.lakehouse.message_lookup import KEY, MSG_ID, POSITION, app_id, parquet_options
-from jobs.lakehouse.staged_append import (
-    StagedLayout,
-    clear_staging,
-    commit_staged,
-    stage,
-    staging_dir,
-    statistics_settings,
-)
+from jobs.lakehouse.staged_append import stage
 from jobs.lakehouse.tables import Registry
-from jobs.maintain.policy import POLICIES
+from jobs.load.fact_writers import append_staged
 
 BATCH_ROWS = 256 * 1024
 # Records a consume queue never lists (a half message; a rollback marker) have no position.
@@ -117,30 +110,10 @@ def write_lookup_rows(registry: Registry, broker: str, seq: int) -> LookupWrite:
                 done.rows += batch.num_rows
                 yield batch.cast(schema)
 
-        _append_once(target.location, lookup_layout(target.location, schema), typed(),
-                     app_id(broker), seq)
+        append_staged(target.location, target.contract, app_id(broker), seq,
+                      lambda area, layout: [stage(typed(), area, layout)],
+                      options=parquet_options())
     return done
-
-
-def lookup_layout(location: str, schema: pa.Schema) -> StagedLayout:
-    """How the rows are written: pyarrow's writer in the order they come (sorted by
-    value within each bucket's files), the table's settings (message_lookup)."""
-    return StagedLayout(schema, ("lookup_bucket",),
-                        statistics_settings(open_delta_table(location).metadata().configuration),
-                        target_file_bytes=POLICIES[T.MESSAGE_LOOKUP].target_file_bytes,
-                        options=parquet_options())
-
-
-def _append_once(location: str, layout: StagedLayout, batches: Iterable[pa.RecordBatch],
-                 app: str, version: int) -> None:
-    """Stage the rows' files and commit them as the append ``(app, version)`` once, as a
-    load's facts are (jobs.lakehouse.staged_append): a re-run after a crash first removes
-    what the crashed attempt staged or moved but never committed."""
-    if committed(location, app, version):
-        return
-    clear_staging(location, app, version)
-    adds = stage(batches, staging_dir(location, app, version), layout)
-    commit_staged(location, app, version, adds)
 
 
 def _spill_dir(registry: Registry) -> Path:
