@@ -22,10 +22,10 @@ LANE_A=(tests/test_dag.py tests/test_fleet_dag.py tests/test_cluster.py
         tests/test_s3_server.py tests/test_scheduler_restart.py
         tests/test_maintenance_races.py)
 # Memory: every Spark driver JVM of the suite gets a 2 GiB heap (RMQ_SPARK_DRIVER_MEMORY;
-# the fleet tests give their brokers' JVMs 1.5 GiB). At the worst moment lane A has its
-# session and a fleet DAG's two task JVMs and lane B its session and two fleet brokers'
-# JVMs (the other two load and check in process): at most about 17 GiB resident. With the default 4g, six JVMs near 4 GiB each got one killed by
-# the kernel's OOM killer on 24 GiB (docs/fleet.md).
+# the fleet DAG gives its tasks' JVMs 1.5 GiB). At the worst moment lane A has its session
+# and the fleet DAG's two task JVMs, lane B its session and a test's own Spark process or
+# two: well under 24 GiB. With the default 4g, six JVMs near 4 GiB each once got one
+# killed by the kernel's OOM killer on 24 GiB (docs/fleet.md).
 export RMQ_SPARK_DRIVER_MEMORY=${RMQ_SPARK_DRIVER_MEMORY:-2g}
 IGNORE=()
 for file in "${LANE_A[@]}"; do IGNORE+=("--ignore=$file"); done
