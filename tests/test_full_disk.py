@@ -80,7 +80,6 @@ def versions(config: PipelineConfig) -> dict[str, int]:
             for name in T.TABLES}
 
 
-
 def night_steps(config: PipelineConfig, snapshot_id: str, store: Path
                 ) -> dict[str, object]:
     """The DAG's steps of one night as callables, each taking the previous one's result."""

@@ -38,7 +38,6 @@ REPO = Path(__file__).resolve().parent.parent
 NIGHTS = ("s1", "s2", "s3")
 
 
-
 def load(warehouse: Path, broker: str, night: str, store: Path) -> None:
     load_snapshot(SparkOnDemand(no_spark), broker, night, store,  # type: ignore[arg-type]
                   LoadOptions(engine="local"), registry=Registry(None, warehouse))
