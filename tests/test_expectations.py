@@ -3,8 +3,9 @@
 One v5-clean load is shared by the module. The clean run must pass every error-severity
 rule; a copy of the warehouse is then damaged through Spark (a duplicate key, an invalid
 enum value, a negative count, plus bad rows of another broker that must not count) and the
-matching rules, and only those, must fail. Every run validates on both check engines (pandas
-batches in process, then Spark) and requires the same outcome, rule by rule. Data Docs are
+matching rules, and only those, must fail. The clean run validates on pandas batches in
+process (the engine of every night up to ``local_load_up_to_mib``); the damaged one on both
+check engines (pandas, then Spark), requiring the same outcome rule by rule. Data Docs are
 opened in headless Chromium.
 """
 
@@ -61,7 +62,7 @@ def clean(spark, broker_stores, tmp_path_factory) -> Run:  # type: ignore[no-unt
     warehouse = tmp_path_factory.mktemp("expectations") / "wh"
     registry, _ = load(spark, warehouse, BROKER, SNAPSHOT, broker_stores["v5-clean"] / "store")
     gx_root = warehouse / "_gx"
-    summary = run_on_both_engines(spark, registry, gx_root)
+    summary = run_expectations(DuckDbEngine(warehouse), registry, BROKER, SNAPSHOT, gx_root)
     print(f"run_expectations on v5-clean: {summary.seconds:.1f} s")
     return Run(registry, gx_root, summary)
 
@@ -146,8 +147,9 @@ def test_rerun_updates_the_gx_project_instead_of_duplicating_it(clean: Run,
     assert len(context.validation_definitions.all()) == tables
     assert [c.name for c in context.checkpoints.all()] == ["rmq_snapshot"]
     results = context.validation_results_store.list_keys()
-    # Both runs kept, each validated on both engines (four result sets, one definition each).
-    assert len(results) == 4 * tables
+    # Both runs kept, the damaged one validated on both engines (three result sets, one
+    # definition each).
+    assert len(results) == 3 * tables
 
 
 def test_data_docs_open_offline(damaged: Run, browser_page) -> None:  # type: ignore[no-untyped-def]
@@ -173,7 +175,7 @@ def test_data_docs_open_offline(damaged: Run, browser_page) -> None:  # type: ig
         assert suite_name(table) in text
     html = browser_page.content()
     links = re.findall(r"'_table_row_link_path': '(validations/[^']+)'", html)
-    assert len(links) == 4 * len(damaged.registry.tables)  # 2 runs x 2 engines
+    assert len(links) == 3 * len(damaged.registry.tables)  # clean once, damaged twice
     # The newest consumer_offsets result: the damaged run, which failed pk_unique.
     link = max(x for x in links if x.startswith(f"validations/{suite_name('consumer_offsets')}"
                                                 .replace(".", "/")))
@@ -222,7 +224,7 @@ def test_the_index_lists_what_gx_lists_reading_each_result_once(  # type: ignore
     expected = index_links({"class_name": "DefaultSiteIndexBuilder",
                             "validation_results_limit": ours["validation_results_limit"]})
     listed = len(expected["validations_links"])
-    assert listed == 4 * len(damaged.registry.tables)
+    assert listed == 3 * len(damaged.registry.tables)
     loads.clear()
     assert index_links(ours) == expected
     assert len(loads) == listed  # first build: every listed result, once
@@ -233,7 +235,7 @@ def test_the_index_lists_what_gx_lists_reading_each_result_once(  # type: ignore
 
 def test_data_docs_keep_the_newest_runs_and_only_their_pages(damaged: Run,  # type: ignore[no-untyped-def]
                                                               tmp_path) -> None:
-    """Retention: of the project's four runs, the two newest are kept; the next site
+    """Retention: of the project's three runs, the two newest are kept; the next site
     build leaves exactly their result pages, and the index lists exactly those."""
     project = tmp_path / "gx"
     shutil.copytree(damaged.gx_root, project)
@@ -241,10 +243,10 @@ def test_data_docs_keep_the_newest_runs_and_only_their_pages(damaged: Run,  # ty
     tables = len(damaged.registry.tables)
     runs = sorted({k.run_id.to_tuple() for k in context.validation_results_store.list_keys()},
                   key=lambda run: run[1])
-    assert len(runs) == 4
-    assert keep_newest_runs(context, runs=2) == 2 * tables
+    assert len(runs) == 3
+    assert keep_newest_runs(context, runs=2) == tables
     kept = {k.run_id.to_tuple() for k in context.validation_results_store.list_keys()}
-    assert kept == set(runs[2:])
+    assert kept == set(runs[1:])
     context.build_data_docs(site_names=[DOCS_SITE])
     site = docs_index_page(context).parent
     pages = {page.relative_to(site / "validations").parts for page in
@@ -253,8 +255,8 @@ def test_data_docs_keep_the_newest_runs_and_only_their_pages(damaged: Run,  # ty
     assert {(parts[-3], parts[-2]) for parts in pages} == {
         (name, time) for name, time in kept}
     index = docs_index_page(context).read_text()
-    assert sum(index.count(f"/{name}/{time}/") for name, time in runs[2:]) >= 2 * tables
-    assert not any(f"/{time}/" in index for _, time in runs[:2])
+    assert sum(index.count(f"/{name}/{time}/") for name, time in runs[1:]) >= 2 * tables
+    assert not any(f"/{time}/" in index for _, time in runs[:1])
     # no directory of a removed result or page is left behind (the next retention pass
     # clears what the site build emptied)
     assert keep_newest_runs(context, runs=2) == 0
@@ -263,7 +265,7 @@ def test_data_docs_keep_the_newest_runs_and_only_their_pages(damaged: Run,  # ty
         empty = [d for d in root.rglob("*") if d.is_dir() and not any(d.iterdir())]
         assert empty == [], root
     run_directories = {d.name for d in results.rglob("*") if d.is_dir()}
-    assert not any(time in run_directories for _, time in runs[:2])
+    assert not any(time in run_directories for _, time in runs[:1])
 
 
 def test_sql_rules_become_queries_over_the_batch() -> None:
