@@ -27,6 +27,9 @@ LANE_A=(tests/test_dag.py tests/test_fleet_dag.py tests/test_cluster.py
 # two: well under 24 GiB. With the default 4g, six JVMs near 4 GiB each once got one
 # killed by the kernel's OOM killer on 24 GiB (docs/fleet.md).
 export RMQ_SPARK_DRIVER_MEMORY=${RMQ_SPARK_DRIVER_MEMORY:-2g}
+# CPU: the suite's Spark JVMs live minutes on small data, where the JIT's C2 compiler costs
+# more than it saves (tests/test_contracts.py: 90 CPU-s with it, 50 without; docs/configuration.md).
+export RMQ_SPARK_JAVA_OPTIONS=${RMQ_SPARK_JAVA_OPTIONS--XX:TieredStopAtLevel=1 -XX:+UseSerialGC}
 IGNORE=()
 for file in "${LANE_A[@]}"; do IGNORE+=("--ignore=$file"); done
 mkdir -p .cache/logs

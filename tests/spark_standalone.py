@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pyspark
 
+from jobs.lakehouse.spark_session import JAVA_OPTIONS_ENV
+
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 PYTHON = sys.executable  # the venv interpreter: rmqlib, pyarrow, numpy for driver and workers
 START_TIMEOUT = 120  # seconds for the master to come up and the workers to register
@@ -93,7 +95,8 @@ def standalone_cluster(root: Path, workers: int = 1, cores: int = 1,
                           "PYSPARK_GATEWAY_SECRET", "SPARK_CONF_DIR", "PYSPARK_DRIVER_PYTHON")}
     env.update(SPARK_HOME=str(SPARK_HOME), SPARK_CONF_DIR=str(conf_dir),
                SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=PYTHON,
-               SPARK_DAEMON_MEMORY="256m", RMQ_SPARK_LOG_FILE=str(root / "spark.log"))
+               SPARK_DAEMON_MEMORY="256m", RMQ_SPARK_LOG_FILE=str(root / "spark.log"),
+               SPARK_DAEMON_JAVA_OPTS=os.environ.get(JAVA_OPTIONS_ENV, ""))
     port, master_ui = free_port(), free_port()
     names = ["master", *(f"worker-{n}" if workers > 1 else "worker" for n in range(workers))]
     cluster = Cluster(f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{master_ui}",

@@ -66,3 +66,17 @@ def test_the_driver_has_the_heap_it_was_given(spark) -> None:  # type: ignore[no
     heap = int(given[:-1]) * units[given[-1].lower()]
     # the JVM reports its -Xmx less one survivor space
     assert 0.8 * heap < spark._jvm.java.lang.Runtime.getRuntime().maxMemory() <= heap
+
+
+def test_the_driver_jvm_runs_with_the_options_it_was_given(spark) -> None:  # type: ignore[no-untyped-def]
+    """RMQ_SPARK_JAVA_OPTIONS reaches the driver's JVM command line (the test lanes give the
+    JIT and GC settings of docs/configuration.md) beside the project's own options."""
+    import os
+
+    from jobs.lakehouse.spark_session import JAVA_OPTIONS_ENV
+
+    arguments = list(spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+                     .getInputArguments())
+    assert any(a.startswith("-Dlog4j2.configurationFile=") for a in arguments)
+    for option in os.environ.get(JAVA_OPTIONS_ENV, "").split():
+        assert option in arguments

@@ -30,6 +30,8 @@ DEFAULT_MASTER = "local[2]"
 #: The driver's heap (``spark.driver.memory``) when set; a fleet's pool of N Spark slots
 #: needs N x this (plus ~0.6 GiB per JVM off-heap) free: docs/fleet.md.
 DRIVER_MEMORY_ENV = "RMQ_SPARK_DRIVER_MEMORY"
+#: More options for the driver's (and executors') JVM, e.g. JIT settings.
+JAVA_OPTIONS_ENV = "RMQ_SPARK_JAVA_OPTIONS"
 DEFAULT_LOG_FILE = REPO_ROOT / ".cache" / "logs" / "spark.log"
 LOG4J_CONFIG = REPO_ROOT / "jvm" / "log4j2.properties"
 
@@ -107,7 +109,8 @@ def build_spark_session(
     log_file = Path(os.environ.get("RMQ_SPARK_LOG_FILE", DEFAULT_LOG_FILE))
     log_file.parent.mkdir(parents=True, exist_ok=True)
     java_options = (f"-Dderby.system.home={catalog} -Drmq.log.file={log_file} "
-                    f"-Dlog4j2.configurationFile={LOG4J_CONFIG}")
+                    f"-Dlog4j2.configurationFile={LOG4J_CONFIG} "
+                    f"{os.environ.get(JAVA_OPTIONS_ENV, '')}").strip()
     # Under spark-submit the driver JVM is already running (pyspark then finds its gateway
     # in the environment): spark-submit's --master applies unless one is given here, and
     # the Delta jars must come from its --jars, since the driver classpath is fixed by now.
