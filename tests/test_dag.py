@@ -208,13 +208,12 @@ def nightly(airflow, spark, growing_store, tmp_path_factory):  # type: ignore[no
         # The same date again, on the night whose alert was delivered: nothing may change.
         content, runs = all_content(registry), {r["run_id"] for r in registry.read_rows(
             T.LOAD_RUNS)}
-        third_again = airflow.dag.test(logical_date=D3)
-        again = SimpleNamespace(before=content, after=all_content(registry), runs_before=runs,
-                                runs=registry.read_rows(T.LOAD_RUNS))
+        again = SimpleNamespace(run=airflow.dag.test(logical_date=D3), before=content,
+                                runs_before=runs)
+        again.after, again.runs = all_content(registry), registry.read_rows(T.LOAD_RUNS)
     return SimpleNamespace(first=first, second=second, third=third, registry=registry,
                            after_first=after_first, after_second=after_second,
-                           after_third=after_third, rechecked=rechecked,
-                           third_again=third_again, again=again,
+                           after_third=after_third, rechecked=rechecked, again=again,
                            after_all=delivered(airflow), flipped=flipped, source=source)
 
 
@@ -267,7 +266,7 @@ def test_a_run_snapshots_loads_checks_and_alerts(airflow, nightly, growing_store
 @pytest.mark.spark
 @pytest.mark.broker
 def test_running_the_same_logical_date_again_changes_nothing(airflow, nightly):  # type: ignore[no-untyped-def]
-    assert nightly.third_again.state == "success"
+    assert nightly.again.run.state == "success"
     assert nightly.again.after == nightly.again.before
     assert (nightly.after_all.mails, nightly.after_all.posts) == (
         nightly.after_third.mails, nightly.after_third.posts)  # its alert found delivered
