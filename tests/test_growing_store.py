@@ -256,8 +256,8 @@ def test_retention_deleted_the_oldest_commitlog_files(grow: Growing):
     s2_files = grow.snap("s2")["commitlogFiles"]
     s3_files = grow.snap("s3")["commitlogFiles"]
     deleted = r["deletedCommitlogFiles"]
-    # the harness waits until exactly the batch it asked for is gone
-    assert len(deleted) == int(r["appliedSettings"]["deleteFileBatchMax"])
+    # exactly the files the harness aged past fileReservedTime went, the oldest ones
+    assert deleted == r["agedCommitlogFiles"] and len(deleted) == 2
     assert s2_files[: len(deleted)] == deleted  # from the front only
     assert s3_files[0] == s2_files[len(deleted)]
     assert int(s3_files[0]) > int(s2_files[0])
@@ -267,7 +267,8 @@ def test_retention_deleted_the_oldest_commitlog_files(grow: Growing):
         assert not (grow.store("s3") / "commitlog" / name).exists()
         assert not (grow.store("final") / "commitlog" / name).exists()
     # the broker saw retention switched on, then the original settings again
-    assert r["settingsSeenByBroker"]["fileReservedTime"] == "0"
+    assert r["settingsSeenByBroker"]["fileReservedTime"] == "1"
+    assert r["settingsSeenByBroker"]["cleanFileForciblyEnable"] == "false"
     for key, value in r["restoredSettings"].items():
         assert r["originalSettings"][key] == value
 

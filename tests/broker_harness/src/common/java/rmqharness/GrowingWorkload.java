@@ -40,10 +40,11 @@ import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
  *       is copied to {@code snapshots/s1/store} while a trickle producer keeps sending.</li>
  *   <li>p2: more of the same (at least one more full commitlog file), G_STEP commits again, copy s2.</li>
  *   <li>G_STEP commits again; retention is switched on through {@code updateBrokerConfig}
- *       ({@code fileReservedTime=0}, {@code deleteWhen} = every hour, {@code deleteFileBatchMax=2}); the
- *       broker's CleanCommitLogService (first run 60 s after the store started, then every
- *       {@code cleanResourceInterval}) deletes the oldest commitlog files; the settings are restored as
- *       soon as the files are gone; the broker's consume-queue/index cleanup follows.</li>
+ *       ({@code fileReservedTime=1} hour, {@code deleteWhen} = every hour, {@code cleanFileForciblyEnable=false})
+ *       after the two oldest commitlog files were aged to 48 h; the broker's CleanCommitLogService (first run
+ *       60 s after the store started, then every {@code cleanResourceInterval}) deletes exactly those two;
+ *       the settings are restored as soon as they are gone; the broker's consume-queue/index cleanup
+ *       follows.</li>
  *   <li>p3: a few more sends, copy s3; then a clean shutdown (SIGTERM) leaves the final {@code store/}.</li>
  * </ol>
  *
@@ -71,10 +72,12 @@ final class GrowingWorkload {
     static final List<String> SNAPSHOTS = List.of("s1", "s2", "s3");
     /** Broker setting of this variant (see Harness.brokerConfig): period of the retention services. */
     static final int CLEAN_RESOURCE_INTERVAL_MS = 2000;
-    /** deleteFileBatchMax while retention is on: one clean run deletes at most this many commitlog files. */
+    /** Retention deletes exactly this many commitlog files, the oldest: the ones the harness ages. */
     static final int RETENTION_FILES = 2;
-    /** no deletion for this long after one means the broker's clean run is over (it sleeps 100 ms per file) */
-    static final long SHORT_RUN_SETTLE_MS = 600;
+    /** fileReservedTime while retention is on (hours): only files modified longer ago are deleted. */
+    static final int RESERVED_HOURS = 1;
+    /** How old the harness makes the files retention must delete (their modification time, hours). */
+    static final int AGE_HOURS = 48;
     /** (TopicNormal, TopicBulk) sends of the production phases p1, p2, p3. */
     static final int[][] PHASE_SENDS = {{300, 1100}, {200, 900}, {40, 60}};
     static final int TRICKLE_PAUSE_MS = 20;
@@ -82,7 +85,7 @@ final class GrowingWorkload {
     static final long MiB = 1024L * 1024L;
     static final String ALL_HOURS = IntStream.range(0, 24).mapToObj(i -> String.format("%02d", i))
         .collect(Collectors.joining(";"));
-    static final List<String> RETENTION_KEYS = List.of("fileReservedTime", "deleteWhen", "deleteFileBatchMax");
+    static final List<String> RETENTION_KEYS = List.of("fileReservedTime", "deleteWhen", "cleanFileForciblyEnable");
 
     static Map<String, Integer> topics() {
         Map<String, Integer> t = new LinkedHashMap<>();
@@ -659,17 +662,30 @@ final class GrowingWorkload {
         Map<String, Long> before = retentionAreas();
         List<String> logsBefore = before.keySet().stream().filter(p -> p.startsWith("commitlog/"))
             .collect(Collectors.toList());
+        List<String> aged = logsBefore.subList(0, RETENTION_FILES);
         List<String> keys = new ArrayList<>(RETENTION_KEYS);
         keys.add("cleanResourceInterval");
         Map<String, Object> original = brokerSettings(keys);
-        retention.put("mechanism", "DefaultMQAdminExt.updateBrokerConfig (UPDATE_BROKER_CONFIG): fileReservedTime=0,"
-            + " deleteWhen=every hour, deleteFileBatchMax=" + RETENTION_FILES + "; the broker's CleanCommitLogService"
-            + " deletes, its consume-queue cleanup follows; settings restored right after the deletion");
+        retention.put("mechanism", "the " + RETENTION_FILES + " oldest commitlog files aged " + AGE_HOURS
+            + " h (modification time), then DefaultMQAdminExt.updateBrokerConfig (UPDATE_BROKER_CONFIG):"
+            + " fileReservedTime=" + RESERVED_HOURS + ", deleteWhen=every hour, cleanFileForciblyEnable=false;"
+            + " the broker's CleanCommitLogService deletes the expired files, its consume-queue cleanup follows;"
+            + " settings restored right after the deletion");
         retention.put("originalSettings", original);
+        // The broker deletes, from the oldest on, the files older than fileReservedTime and stops at the first
+        // younger one (MappedFileQueue.deleteExpiredFileByTime): ageing exactly the files to lose makes the
+        // outcome independent of when, how often and how fast its clean runs happen on a loaded machine.
+        // cleanFileForciblyEnable=false keeps a nearly full disk from deleting regardless of age.
+        long agedTo = System.currentTimeMillis() - AGE_HOURS * 3_600_000L;
+        for (String p : aged) {
+            Files.setLastModifiedTime(h.store.resolve(p), java.nio.file.attribute.FileTime.fromMillis(agedTo));
+        }
+        retention.put("agedCommitlogFiles", aged.stream().map(p -> p.substring("commitlog/".length()))
+            .collect(Collectors.toList()));
         Properties on = new Properties();
-        on.setProperty("fileReservedTime", "0");
+        on.setProperty("fileReservedTime", String.valueOf(RESERVED_HOURS));
         on.setProperty("deleteWhen", ALL_HOURS);
-        on.setProperty("deleteFileBatchMax", String.valueOf(RETENTION_FILES));
+        on.setProperty("cleanFileForciblyEnable", "false");
         long appliedAt = System.currentTimeMillis();
         admin.updateBrokerConfig(wl.brokerAddr, on);
         retention.put("appliedSettings", new TreeMap<>(on));
@@ -677,54 +693,27 @@ final class GrowingWorkload {
         retention.put("settingsSeenByBroker", brokerSettings(RETENTION_KEYS));
         retention.put("commitlogFilesBefore", logsBefore);
 
-        // CleanCommitLogService runs first 60 s after the message store started, then every cleanResourceInterval.
-        // A run deletes up to deleteFileBatchMax files from the front, but stops at the first file it cannot destroy
-        // yet (a reader still holds it); on a loaded machine a run can so end short. The store must lose exactly
-        // RETENTION_FILES files (the lag statuses of the later snapshots depend on it), so after a short run the
-        // batch size is lowered to what is left before the next run starts.
-        // 200 s: a file a reader never lets go is destroyed forcibly after destroyMapedFileIntervalForcibly (120 s)
+        // CleanCommitLogService runs first 60 s after the message store started, then every cleanResourceInterval;
+        // a run stops at a file a reader still holds, which a later run deletes (forcibly after
+        // destroyMapedFileIntervalForcibly, 120 s): 200 s covers both.
         long end = System.currentTimeMillis() + 200_000;
         long firstGone = 0;
-        long lastChange = 0;
-        int lastGone = 0;
-        int batchMax = RETENTION_FILES;
-        List<Map<String, Object>> shortRuns = new ArrayList<>();
         int gone;
         while (true) {
-            gone = 0;
-            for (String p : logsBefore) {
-                if (!Files.exists(h.store.resolve(p))) {
-                    gone++;
-                }
+            gone = (int) aged.stream().filter(p -> !Files.exists(h.store.resolve(p))).count();
+            if (gone > 0 && firstGone == 0) {
+                firstGone = System.currentTimeMillis();
             }
-            long now = System.currentTimeMillis();
-            if (gone != lastGone) {
-                lastGone = gone;
-                lastChange = now;
-                if (firstGone == 0) {
-                    firstGone = now;
-                }
-            }
-            if (gone >= RETENTION_FILES) {
+            if (gone == aged.size()) {
                 break;
             }
-            if (gone > 0 && now - lastChange > SHORT_RUN_SETTLE_MS && batchMax != RETENTION_FILES - gone) {
-                batchMax = RETENTION_FILES - gone;
-                Properties rest = new Properties();
-                rest.setProperty("deleteFileBatchMax", String.valueOf(batchMax));
-                admin.updateBrokerConfig(wl.brokerAddr, rest);
-                shortRuns.add(Map.of("deletedSoFar", gone, "deleteFileBatchMaxNow", batchMax, "atMs", now));
-                Harness.log("retention: a clean run stopped after " + gone + " file(s); next run may delete "
-                    + batchMax);
-            }
-            if (now > end) {
+            if (System.currentTimeMillis() > end) {
                 throw new Harness.HarnessError("retention deleted " + gone + " of " + RETENTION_FILES
-                    + " commitlog files within 200 s");
+                    + " aged commitlog files within 200 s");
             }
             h.checkDeadline("waiting for retention");
             Thread.sleep(25);
         }
-        retention.put("shortCleanRuns", shortRuns);
         long seen = System.currentTimeMillis();
         // switch retention off again before the next clean run (every cleanResourceInterval) deletes more
         Properties off = new Properties();
@@ -742,7 +731,7 @@ final class GrowingWorkload {
 
         // the consume-queue cleanup (same period, own thread) deletes queue/index files below the new minimum
         // and moves the queues' min offsets; wait until TopicBulk's min offsets moved and the files settled
-        long cqEnd = System.currentTimeMillis() + 4L * CLEAN_RESOURCE_INTERVAL_MS + 5000;
+        long cqEnd = System.currentTimeMillis() + 15L * CLEAN_RESOURCE_INTERVAL_MS;
         long cqSeen = 0;
         Map<String, Long> prev = null;
         while (System.currentTimeMillis() < cqEnd) {
@@ -760,9 +749,9 @@ final class GrowingWorkload {
             prev = cur;
             Thread.sleep(moved ? 300 : 100);
         }
-        if (cqSeen == 0) {
-            notes.put("queueCleanup", "TopicBulk min offsets did not move within "
-                + (4L * CLEAN_RESOURCE_INTERVAL_MS + 5000) + " ms");
+        if (cqSeen == 0) {   // the later snapshots' lag statuses depend on it: fail, the build retries alone
+            throw new Harness.HarnessError("TopicBulk min offsets did not move within "
+                + (cqEnd - seen) + " ms of the commitlog deletion");
         }
         retention.put("queueCleanupSeenMs", cqSeen == 0 ? null : cqSeen);
         Map<String, Long> after = retentionAreas();
@@ -790,8 +779,9 @@ final class GrowingWorkload {
         retention.put("commitlogFirstFileOffsetAfter", logsAfter.isEmpty() ? null : Long.parseLong(logsAfter.get(0)));
         retention.put("topicStatsAfter", topicStatsRows());
         retention.put("brokerRuntimeAfter", runtime());
-        if (delLog.isEmpty()) {
-            throw new Harness.HarnessError("retention: no commitlog file deleted");
+        if (!delLog.equals(retention.get("agedCommitlogFiles"))) {
+            throw new Harness.HarnessError("retention deleted commitlog files " + delLog + ", not the aged "
+                + retention.get("agedCommitlogFiles"));
         }
     }
 
