@@ -21,7 +21,7 @@ RUN_DATE    ?= $(shell date -u +%F)
 SHELL       := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: setup run run-s3 test lint lock jars stores default-store clean check-tools browser sshd s3 fuzz sql-server beeline
+.PHONY: setup run run-s3 test test-setup lint lock jars stores default-store clean check-tools browser sshd s3 fuzz sql-server beeline
 
 ## setup: virtualenv with the locked Python stack + Delta jars from Maven Central
 setup: $(INSTALLED) jars
@@ -156,16 +156,23 @@ $(VERSITYGW):
 ## test: set up, then run the whole test suite (two pytest processes at once, see
 ## tests/lanes.sh); with PYTEST_ARGS, one pytest run with those arguments instead
 # pytest exits 5 when it collects no tests; that alone must not fail CI.
-# The S3 server's Go build and the broker stores are made side by side (-j2): on a fresh
-# machine they are most of the set-up, and neither needs the other.
-test: setup browser sshd
-	$(MAKE) --no-print-directory -j2 s3 stores
+# The S3 server's Go build runs beside the rest of the set-up (-j2): on a fresh machine
+# it compiles while the Python install, the jars and the apt packages mostly download, and
+# before the CPU-bound broker stores; those steps stay one after another (apt-get locks).
+test:
+	$(MAKE) --no-print-directory -j2 s3 test-setup
 ifeq ($(strip $(PYTEST_ARGS)),)
 	bash tests/lanes.sh $(PY)
 else
 	$(PY) -m pytest $(PYTEST_ARGS); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$status
 endif
+
+test-setup:
+	$(MAKE) --no-print-directory setup
+	$(MAKE) --no-print-directory browser
+	$(MAKE) --no-print-directory sshd
+	$(MAKE) --no-print-directory stores
 
 ## fuzz: coverage-guided fuzzing (atheris) of every rmqlib decoder, FUZZ_SECONDS per target,
 ## seeded from the real-broker stores; finds are kept in tests/fuzz/regressions/ (commit them:
