@@ -162,8 +162,8 @@ class Transaction:
             self.state, self.decided_ms = state, at_ms
 
 
-def fold_transactions(carried: list[Transaction], records: list[TransactionRecord]
-                      ) -> list[Transaction]:
+def fold_transactions(carried: list[Transaction], records: list[TransactionRecord],
+                      *, continued: bool = False) -> list[Transaction]:
     """The transactions after ``records`` (in log order), starting from ``carried`` (those
     still pending before them): every carried one, and every one a record touched.
 
@@ -175,7 +175,11 @@ def fold_transactions(carried: list[Transaction], records: list[TransactionRecor
 
     A decision is final: a later record of a decided transaction changes nothing. Records
     of transactions neither carried nor opened here (decided before ``carried`` was taken)
-    are left alone.
+    are left alone. ``continued``: ``carried`` is an earlier snapshot's pending state, so a
+    check's re-put (a half copy with ``TRANSACTION_CHECK_TIMES``) of a msgId it does not hold
+    is such a record too: a check that raced the transaction's decision (the check service
+    read the op queue before the decision's op was stored and asked the producer again), not
+    a transaction of its own.
     """
     by_id = {t.msg_id: t for t in carried}
     for t in carried:
@@ -185,6 +189,8 @@ def fold_transactions(carried: list[Transaction], records: list[TransactionRecor
     for record in sorted(records, key=lambda r: r.physical_offset):
         if record.kind == HALF and record.msg_id:
             t = by_id.get(record.msg_id)
+            if t is None and continued and TRANSACTION_CHECK_TIMES in record.properties:
+                continue
             if t is None:
                 t = by_id[record.msg_id] = _opened(record)
             _add_copy(t, record)

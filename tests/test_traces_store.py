@@ -208,17 +208,29 @@ def test_every_send_has_its_pub_context(final: Copy, truth: Truth) -> None:
     assert batch and all(len(by_id[s["pubMsgId"]].msg_id.split(",")) == 5 for s in batch)
 
 
+def consume_requests(truth: Truth) -> dict[tuple[str, str], dict]:
+    """The traced consumptions by (trace request id, msgId): the harness took the request id from
+    the trace context the client's hook made for that very listener call, so a message delivered
+    twice with the same reconsumeTimes (a transaction the broker committed twice, see
+    ``txCommittedCopies``) is two consumptions, each with its own SubBefore/SubAfter pair."""
+    traced = [c for c in truth.consumed if c["traceExpected"]]
+    by_request = {(c["traceRequestId"], c["msgId"]): c for c in traced}
+    assert len(by_request) == len(traced) and None not in {r for r, _ in by_request}
+    return by_request
+
+
 def test_every_consumption_has_its_sub_before_and_sub_after(final: Copy, truth: Truth) -> None:
     traced = [c for c in truth.consumed if c["traceExpected"]]
-    before = final.typed(SUB_BEFORE)
+    before = {(c.request_id, c.msg_id): c for c in final.typed(SUB_BEFORE)}
     after = {(c.request_id, c.msg_id): c for c in final.typed(SUB_AFTER)}
-    assert len(after) == len(final.typed(SUB_AFTER)) == len(before)
-    assert Counter((c.group, c.msg_id, c.retry_times) for c in before) == Counter(
+    assert len(after) == len(final.typed(SUB_AFTER)) == len(before) == len(final.typed(SUB_BEFORE))
+    assert Counter((c.group, c.msg_id, c.retry_times) for c in before.values()) == Counter(
         (c["group"], c["msgId"], c["reconsumeTimes"]) for c in traced)
-    by_key = {(c.group, c.msg_id, c.retry_times): c for c in before}
-    for c in traced:
-        sub_before = by_key[(c["group"], c["msgId"], c["reconsumeTimes"])]
-        sub_after = after[(sub_before.request_id, c["msgId"])]
+    requests = consume_requests(truth)
+    assert set(before) == set(after) == set(requests)
+    for key, c in requests.items():
+        sub_before, sub_after = before[key], after[key]
+        assert (sub_before.group, sub_before.retry_times) == (c["group"], c["reconsumeTimes"])
         assert sub_after.group == c["group"]
         assert sub_after.success is c["success"]
         assert sub_after.context_code == (CONSUME_SUCCESS if c["success"] else CONSUME_FAILED)
@@ -274,19 +286,38 @@ def test_transaction_system_topics_hold_what_the_transactions_did(final: Copy,
         assert record.properties["REAL_TOPIC"] == TX_TOPIC
         # stored as a plain message in the half topic, so that it gets a consume-queue unit
         assert record.transaction_type == TransactionType.NOT
-    # every check re-puts the half message (TRANSACTION_CHECK_TIMES counting) before asking
+    # every check re-puts the half message (TRANSACTION_CHECK_TIMES counting) before asking (the
+    # harness made sure the producer answered every one the broker made)
     checks = [e for e in truth.tx_events if e["kind"] == "check"]
     assert len(half) == len(txs) + len(checks)
     rechecked = {r.physical_offset: r for r in half if "TRANSACTION_CHECK_TIMES" in r.properties}
+    assert set(rechecked) == {e["checkedCommitLogOffset"] for e in checks}
     for e in checks:
         copy = rechecked[e["checkedCommitLogOffset"]]
         assert copy.properties["UNIQ_KEY"] == e["msgId"]
         assert copy.properties["TRANSACTION_CHECK_TIMES"] == e["checkTimesProperty"]
+    # each half copy where and as the broker answered the harness's pull of the half queue
+    assert {r.physical_offset: (r.queue_offset, r.properties["UNIQ_KEY"],
+                                r.properties.get("TRANSACTION_CHECK_TIMES")) for r in half} == {
+        c["commitLogOffset"]: (c["queueOffset"], s["msgId"], c["checkTimes"])
+        for s in txs for c in s["txHalfCopies"]}
     assert len(final.of_topic(OP_HALF)) == truth.max_offset(OP_HALF) > 0
     outcome = {s["msgId"]: s["txOutcome"] for s in txs}
-    visible = Counter(r.properties["UNIQ_KEY"] for r in final.of_topic(TX_TOPIC))
-    assert set(visible) == {m for m, o in outcome.items() if o == "commit"}
-    assert all(r.transaction_type == TransactionType.COMMIT for r in final.of_topic(TX_TOPIC))
+    # the committed copies: one per COMMIT the broker stored, more than one when a check raced
+    # the producer's decision (it answered COMMIT again, and the broker committed again)
+    visible = final.of_topic(TX_TOPIC)
+    copies = {c["commitLogOffset"]: (c["queueId"], c["queueOffset"], s["msgId"])
+              for s in txs for c in s["txCommittedCopies"]}
+    assert {r.physical_offset: (r.queue_id, r.queue_offset, r.properties["UNIQ_KEY"])
+            for r in visible} == copies
+    assert {m for _, _, m in copies.values()} == {m for m, o in outcome.items() if o == "commit"}
+    commits = Counter(e["msgId"] for e in truth.tx_events if e["state"] == "COMMIT_MESSAGE")
+    assert all(1 <= len(s["txCommittedCopies"]) <= commits[s["msgId"]] for s in txs
+               if s["txOutcome"] == "commit")
+    assert all(r.transaction_type == TransactionType.COMMIT for r in visible)
+    # G_TRACE_TX consumed every committed copy (a second copy is a second delivery, retry 0)
+    assert {c["commitLogOffset"] for c in truth.consumed
+            if c["group"] == "G_TRACE_TX"} == set(copies)
     discarded = final.of_topic(CHECK_MAX)
     assert sorted(r.properties["UNIQ_KEY"] for r in discarded) == sorted(
         m for m, o in outcome.items() if o == "discarded")

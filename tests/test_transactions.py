@@ -133,7 +133,7 @@ def test_folding_night_by_night_gives_the_states_of_the_whole_history(
     for end in bounds:
         night = records[start:end]
         pending_before = {t.msg_id for t in carried}
-        rows = fold_transactions(carried, night)
+        rows = fold_transactions(carried, night, continued=start > 0)  # as the load does
         touched = {r.msg_id for r in night if r.msg_id} | {
             t.msg_id for t in rows if t.changed}
         assert {t.msg_id for t in rows} == pending_before | (touched & set(plans))
@@ -149,3 +149,28 @@ def test_folding_night_by_night_gives_the_states_of_the_whole_history(
             whole[msg_id].state, whole[msg_id].checks, whole[msg_id].decided_ms,
             whole[msg_id].committed_offset, whole[msg_id].half_queue_offsets)
         assert (t.decided_ms is None) == (t.state == PENDING)
+
+
+def test_a_check_that_raced_a_decision_of_an_earlier_night_changes_nothing() -> None:
+    """A check run that read the op queue before the commit's op was stored re-puts the half
+    message and asks again; the producer answers COMMIT again and the broker commits a second
+    copy (real 5.5.0 brokers under load do). Loaded on a night after the one that held the
+    decision, that re-put is no transaction of its own, and the decided one does not change."""
+    props = {"PGROUP": "PG", "REAL_TOPIC": "T", "REAL_QID": "1"}
+    night1 = [TransactionRecord(HALF, 100, 1000, "M", 0, 0, HALF_TOPIC, 995, props),
+              TransactionRecord(COMMIT_COPY, 200, 1100, "M", 1, 0, "T"),
+              TransactionRecord(OP, 300, 1110, None, 0, 0, OP_HALF_TOPIC, op_offsets=(0,))]
+    [decided] = fold_transactions([], night1)
+    assert (decided.state, decided.checks, decided.committed_offset) == (COMMITTED, 0, 200)
+    recheck = {**props, "TRANSACTION_CHECK_TIMES": "1"}
+    night2 = [TransactionRecord(HALF, 400, 2000, "M", 0, 1, HALF_TOPIC, 995, recheck),
+              TransactionRecord(COMMIT_COPY, 500, 2100, "M", 1, 1, "T", 995, recheck),
+              TransactionRecord(OP, 600, 2110, None, 0, 0, OP_HALF_TOPIC, op_offsets=(1,))]
+    assert fold_transactions([], night2, continued=True) == []
+    # a store's first night (no earlier snapshot): a re-put whose half is gone is all there is
+    [opened] = fold_transactions([], night2)
+    assert (opened.half_offset, opened.checks, opened.state) == (400, 1, COMMITTED)
+    # a brand-new half (no TRANSACTION_CHECK_TIMES) on a later night is a transaction
+    [new] = fold_transactions([], [TransactionRecord(HALF, 700, 3000, "N", 0, 2, HALF_TOPIC,
+                                                     2995, props)], continued=True)
+    assert (new.msg_id, new.state) == ("N", PENDING)

@@ -61,25 +61,32 @@ def transaction_rows(registry: Registry, broker: str, snapshot_id: str, seq: int
     """The ``transactions`` rows of snapshot ``snapshot_id`` (sequence ``seq``); ``state``:
     the store's rocksdbstore/ (RocksDB mode: check counts and dropped transactions),
     ``taken_at``: when the snapshot was taken (when a drop was found)."""
-    carried = [_transaction(row) for row in _previous_rows(registry, broker, seq)
+    previous = _previous_snapshot(registry, broker, seq)
+    carried = [_transaction(row) for row in _previous_rows(registry, broker, previous)
                if row["state"] == PENDING]
     records = _records(registry, broker, snapshot_id)
     if not carried and not records:
         return []
-    folded = fold_transactions(carried, records)
+    folded = fold_transactions(carried, records, continued=previous is not None)
     if state is not None and (state.undecided or state.trans_indexed_to is not None):
         settle_with_state_store(folded, {h.half_offset: h.check_times for h in state.undecided},
                                 state.trans_indexed_to, _ms(taken_at))
     return [_row(broker, snapshot_id, t) for t in sorted(folded, key=lambda t: t.half_offset)]
 
 
-def _previous_rows(registry: Registry, broker: str, seq: int) -> list[dict]:
-    """The rows of the broker's latest loaded snapshot before ``seq``."""
+def _previous_snapshot(registry: Registry, broker: str, seq: int) -> str | None:
+    """The broker's latest loaded snapshot before ``seq`` (None: this is its first)."""
     earlier = [row for row in registry.read_rows(T.SNAPSHOTS, broker=broker)
                if row["status"] == LOADED and row["snapshot_seq"] < seq]
     if not earlier:
+        return None
+    return str(max(earlier, key=lambda row: row["snapshot_seq"])["snapshot_id"])
+
+
+def _previous_rows(registry: Registry, broker: str, previous: str | None) -> list[dict]:
+    """The ``transactions`` rows of snapshot ``previous``."""
+    if previous is None:
         return []
-    previous = max(earlier, key=lambda row: row["snapshot_seq"])["snapshot_id"]
     return registry.read_rows(T.TRANSACTIONS, broker=broker, snapshot_id=previous)
 
 

@@ -25,6 +25,8 @@ import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.ConsumeOrderlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerOrderly;
+import org.apache.rocketmq.client.hook.ConsumeMessageContext;
+import org.apache.rocketmq.client.hook.ConsumeMessageHook;
 import org.apache.rocketmq.client.hook.SendMessageContext;
 import org.apache.rocketmq.client.hook.SendMessageHook;
 import org.apache.rocketmq.client.impl.CommunicationMode;
@@ -88,8 +90,16 @@ import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
  * <p>Own {@code main} (stores.py starts it for this variant, see {@code MAIN_CLASSES}); a {@link Harness} in its
  * "-clean" mode is used for the helpers. 5.x only.
  *
- * <p>Truth ({@code truth/}): {@code messages.jsonl} (every send), {@code consumed.jsonl} (every listener call per
- * message), {@code transactions.jsonl} (every local decision and check callback), {@code trace_messages.jsonl} (the
+ * <p>Under load the broker may check a transaction again after it was decided (a check run that read the op queue
+ * before the decision's op was stored): the producer answers again, a COMMIT gives a second committed copy and
+ * G_TRACE_TX a second delivery with reconsumeTimes 0. The run waits until the broker is done with every transaction
+ * ({@link #waitTransactionsSettled}) and records what it did; an outcome the truth cannot describe (a failed send, a
+ * check the producer never answered, a trace context missing after the shutdown) is a HarnessError.
+ *
+ * <p>Truth ({@code truth/}): {@code messages.jsonl} (every send; a transactional one with {@code txHalfCopies} and
+ * {@code txCommittedCopies}, the broker's copies as it answered a pull), {@code consumed.jsonl} (every listener call
+ * per message, with {@code traceRequestId}: the request id of its SubBefore/SubAfter contexts), {@code
+ * transactions.jsonl} (every local decision and check callback), {@code trace_messages.jsonl} (the
  * trace topic read back, each body decoded by the client's own {@code TraceDataEncoder}), {@code traces.json}
  * (dispatcher settings, expected and found contexts, discarded transactions, broker log counts),
  * {@code consumer_groups.jsonl}, {@code topic_stats.jsonl}, {@code consumer_groups_s1.jsonl},
@@ -171,6 +181,33 @@ final class TracesWorkload extends StandaloneScenario {
     long s1CopyEndMs = -1;
     long s1TraceMaxBefore = -1;
     long s1TraceMaxAfter = -1;
+    /** The half topic and the committed copies in TopicTraceTx as the broker answered a pull at the read-back. */
+    List<Map<String, Object>> halfCopies = new ArrayList<>();
+    List<Map<String, Object>> committedCopies = new ArrayList<>();
+    /** The trace request id of the consumption running on this thread (set by {@link #REQUEST_ID_HOOK}). */
+    static final ThreadLocal<String> TRACE_REQUEST_ID = new ThreadLocal<>();
+    /**
+     * Registered after the consumer's start, so after the client's ConsumeMessageTraceHookImpl: the trace context it
+     * made for this consume request (SubBefore, then SubAfter with the same requestId) is already there. The hooks
+     * and the listener run one after the other on the consume thread.
+     */
+    static final ConsumeMessageHook REQUEST_ID_HOOK = new ConsumeMessageHook() {
+        @Override
+        public String hookName() {
+            return "harness-trace-request-id";
+        }
+
+        @Override
+        public void consumeMessageBefore(ConsumeMessageContext context) {
+            Object t = context.getMqTraceContext();
+            TRACE_REQUEST_ID.set(t instanceof TraceContext ? ((TraceContext) t).getRequestId() : null);
+        }
+
+        @Override
+        public void consumeMessageAfter(ConsumeMessageContext context) {
+            TRACE_REQUEST_ID.remove();
+        }
+    };
 
     TracesWorkload(Harness h, String variant) {
         super(h);
@@ -293,11 +330,14 @@ final class TracesWorkload extends StandaloneScenario {
         h.mark("produced");
         sendTransactions();
         h.mark("transactionsSent");
+        requireAllAcked();
         hotCopy();
         h.mark("s1Copied");
 
         waitDelivered();
         h.mark("delivered");
+        waitTransactionsSettled();
+        h.mark("transactionsSettled");
         waitTraces("beforeShutdown");
         h.mark("tracesRead");
 
@@ -310,14 +350,20 @@ final class TracesWorkload extends StandaloneScenario {
         traceTruth.put("traceTopicAfterShutdown", waitTraceTopicStable());
         h.mark("traceTopicStable");
         traceMessages = readTraceTopic();
-        traceTruth.put("coverage", coverage(traceMessages));
+        Map<String, Object> finalCoverage = coverage(traceMessages);
+        traceTruth.put("coverage", finalCoverage);
         traceTruth.put("discarded", readCheckMaxTopic());
+        TxView view = txView();
+        halfCopies = view.half;
+        committedCopies = view.committed;
+        traceTruth.put("transactionCopies", view.summary());
         h.mark("readBack");
 
         wl.snapshotGroups(GROUPS, true);
         groupSnapshot.addAll(wl.groupSnapshot);
         topicSnapshot.addAll(topicStats(System.currentTimeMillis(), null));
         h.mark("adminSnapshot");
+        requireDescribed(finalCoverage, view);
         admin.shutdown();
         Thread.sleep(300);
         Map<String, Object> shutdown = shutdownBroker();
@@ -460,6 +506,7 @@ final class TracesWorkload extends StandaloneScenario {
             });
         }
         c.start();
+        c.getDefaultMQPushConsumerImpl().registerConsumeMessageHook(REQUEST_ID_HOOK);
         return c;
     }
 
@@ -487,6 +534,9 @@ final class TracesWorkload extends StandaloneScenario {
         // only its own properties, so its context has no region and AsyncTraceDispatcher drops it (SubBefore and
         // SubAfter); TRACE_ON=false would skip it in the hook itself
         r.put("traceExpected", region != null && !"false".equals(traceOn));
+        // the requestId of this consume request's SubBefore and SubAfter contexts: a message delivered twice with the
+        // same reconsumeTimes (a transaction committed twice) has two pairs, each consumption its own
+        r.put("traceRequestId", TRACE_REQUEST_ID.get());
         r.put("listenerStartMs", start);
         r.put("listenerEndMs", end);
         r.put("result", result);
@@ -919,6 +969,237 @@ final class TracesWorkload extends StandaloneScenario {
         return out;
     }
 
+    // =================================================================== what the broker did with the transactions
+
+    /** Every send was acked: a failed one (say, no route while the name server had dropped the broker) is a run the
+     *  truth cannot describe (was it stored? traced?), so the variant is generated again. */
+    void requireAllAcked() {
+        synchronized (wl.sent) {
+            for (Map<String, Object> r : wl.sent) {
+                if (!Boolean.TRUE.equals(r.get("acked"))) {
+                    throw new Harness.HarnessError("send " + r.get("seq") + " (" + r.get("kind") + ", " + r.get("topic")
+                        + ") failed: " + firstLine(String.valueOf(r.get("error"))));
+                }
+            }
+        }
+    }
+
+    /** The transactional side of the store as the broker answers pulls: half copies, op offsets, committed copies. */
+    static final class TxView {
+        final List<Map<String, Object>> half = new ArrayList<>();
+        final Set<Long> opOffsets = new HashSet<>();
+        final List<Map<String, Object>> committed = new ArrayList<>();
+        final Set<String> discarded = new HashSet<>();
+        int opMessages;
+
+        List<Map<String, Object>> copiesOf(List<Map<String, Object>> rows, String msgId) {
+            List<Map<String, Object>> out = new ArrayList<>();
+            for (Map<String, Object> r : rows) {
+                if (msgId.equals(r.get("msgId"))) {
+                    out.add(r);
+                }
+            }
+            return out;
+        }
+
+        /** Commitlog offsets of the half copies a check put back (they carry TRANSACTION_CHECK_TIMES). */
+        Set<Long> recheckedOffsets() {
+            Set<Long> out = new HashSet<>();
+            for (Map<String, Object> r : half) {
+                if (r.get("checkTimes") != null) {
+                    out.add(((Number) r.get("commitLogOffset")).longValue());
+                }
+            }
+            return out;
+        }
+
+        String signature() {
+            return half.size() + "/" + opOffsets.size() + "/" + committed.size() + "/" + discarded.size();
+        }
+
+        Map<String, Object> summary() {
+            Map<String, Object> m = new LinkedHashMap<>();
+            m.put("halfCopies", half.size());
+            m.put("rechecked", recheckedOffsets().size());
+            m.put("opMessages", opMessages);
+            m.put("opOffsets", opOffsets.size());
+            m.put("committedCopies", committed.size());
+            m.put("discarded", discarded.size());
+            return m;
+        }
+    }
+
+    static Map<String, Object> copyRow(MessageExt m) {
+        Map<String, Object> r = new LinkedHashMap<>();
+        r.put("msgId", m.getProperty(MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX));
+        r.put("queueId", m.getQueueId());
+        r.put("queueOffset", m.getQueueOffset());
+        r.put("commitLogOffset", m.getCommitLogOffset());
+        r.put("checkTimes", m.getProperty(MessageConst.PROPERTY_TRANSACTION_CHECK_TIMES));
+        r.put("storeTimestamp", m.getStoreTimestamp());
+        return r;
+    }
+
+    TxView txView() throws Exception {
+        TxView v = new TxView();
+        for (MessageExt m : pullAll(HALF_TOPIC)) {
+            v.half.add(copyRow(m));
+        }
+        for (MessageExt m : pullAll(OP_HALF_TOPIC)) {
+            v.opMessages++;
+            byte[] body = m.getBody() == null ? new byte[0] : m.getBody();
+            if ((m.getSysFlag() & MessageSysFlag.COMPRESSED_FLAG) != 0) {
+                body = CompressorFactory.getCompressor(MessageSysFlag.getCompressionType(m.getSysFlag()))
+                    .decompress(body);
+            }
+            // "<half queue offset>," repeated (TransactionalMessageServiceImpl reads it back the same way)
+            for (String token : new String(body, StandardCharsets.UTF_8).split(",")) {
+                try {
+                    v.opOffsets.add(Long.parseLong(token.trim()));
+                } catch (NumberFormatException e) {
+                    // not an offset: the broker skips it too
+                }
+            }
+        }
+        for (int q = 0; q < TOPICS.get(T_TX); q++) {
+            for (MessageExt m : pullAll(T_TX, q)) {
+                v.committed.add(copyRow(m));
+            }
+        }
+        v.committed.sort(Comparator.comparingLong(r -> ((Number) r.get("commitLogOffset")).longValue()));
+        if (checkMaxTopicMessages() > 0) {
+            for (MessageExt m : pullAll(CHECK_MAX_TOPIC)) {
+                v.discarded.add(m.getProperty(MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX));
+            }
+        }
+        return v;
+    }
+
+    /**
+     * What still keeps the broker busy with the transactions (null: nothing): a transaction whose latest half copy no
+     * op message names and that was not discarded will be checked again; a check the broker made (a re-put half copy)
+     * the producer has not answered yet; a committed copy G_TRACE_TX has not consumed yet.
+     */
+    String unsettled(TxView v) {
+        List<String> out = new ArrayList<>();
+        for (String id : ackedIds(r -> r.get("txPlan") != null)) {
+            Map<String, Object> latest = null;
+            for (Map<String, Object> c : v.copiesOf(v.half, id)) {
+                if (latest == null || ((Number) c.get("queueOffset")).longValue()
+                    > ((Number) latest.get("queueOffset")).longValue()) {
+                    latest = c;
+                }
+            }
+            if (latest == null) {
+                out.add(id + " has no half copy");
+            } else if (!v.opOffsets.contains(((Number) latest.get("queueOffset")).longValue())
+                && !v.discarded.contains(id)) {
+                out.add(id + " open at half offset " + latest.get("queueOffset"));
+            }
+        }
+        Set<Long> answered = new HashSet<>();
+        synchronized (txEvents) {
+            for (Map<String, Object> e : txEvents) {
+                if ("check".equals(e.get("kind"))) {
+                    answered.add(((Number) e.get("checkedCommitLogOffset")).longValue());
+                }
+            }
+        }
+        Set<Long> rechecked = v.recheckedOffsets();
+        if (!rechecked.equals(answered)) {
+            Set<Long> unanswered = new HashSet<>(rechecked);
+            unanswered.removeAll(answered);
+            Set<Long> unknown = new HashSet<>(answered);
+            unknown.removeAll(rechecked);
+            out.add("checks re-put but not answered " + unanswered + ", answered but not re-put " + unknown);
+        }
+        Set<Long> consumedTx = new HashSet<>();
+        synchronized (consumedRows) {
+            for (Map<String, Object> c : consumedRows) {
+                if (G_TX.equals(c.get("group")) && Boolean.TRUE.equals(c.get("success"))) {
+                    consumedTx.add(((Number) c.get("commitLogOffset")).longValue());
+                }
+            }
+        }
+        for (Map<String, Object> c : v.committed) {
+            if (!consumedTx.contains(((Number) c.get("commitLogOffset")).longValue())) {
+                out.add("committed copy " + c.get("msgId") + "@" + c.get("commitLogOffset") + " not consumed by " + G_TX);
+            }
+        }
+        return out.isEmpty() ? null : out.size() + ": " + String.join("; ", out.subList(0, Math.min(4, out.size())));
+    }
+
+    /**
+     * Waits until the broker is done with every transaction and has been for a few check intervals: under load a
+     * check can race a decision (a check run that read the op queue before the producer's END_TRANSACTION was stored
+     * checks the half message again; the producer answers COMMIT again and the broker commits a second copy, which
+     * G_TRACE_TX consumes again with reconsumeTimes 0). Such extra checks and copies are what the broker did: the
+     * truth records them ({@code txHalfCopies}, {@code txCommittedCopies}, the check events), this only makes sure
+     * none is still under way when the store is taken.
+     */
+    void waitTransactionsSettled() throws Exception {
+        long quiet = 4 * TX_CHECK_INTERVAL_MS;
+        long end = System.currentTimeMillis() + 90_000;
+        String sig = null;
+        long since = System.currentTimeMillis();
+        String status;
+        while (true) {
+            TxView v = txView();
+            status = unsettled(v);
+            int events;
+            synchronized (txEvents) {
+                events = txEvents.size();
+            }
+            String now = v.signature() + "/" + events;
+            long t = System.currentTimeMillis();
+            if (status != null || !now.equals(sig)) {
+                sig = now;
+                since = t;
+            } else if (t - since >= quiet) {
+                notes.put("transactionsSettled", v.summary());
+                Harness.log("transactions settled: " + v.summary());
+                return;
+            }
+            if (t > end || t > h.deadline) {
+                throw new Harness.HarnessError("the broker did not settle the transactions: "
+                    + (status == null ? "copies kept changing " + now : status));
+            }
+            Thread.sleep(300);
+        }
+    }
+
+    /**
+     * After the clients' shutdown and the admin snapshot: what the truth says is all that is in the store. A trace
+     * context missing or doubled, a check the broker made after the read-back (or the producer never answered), a
+     * transactional copy stored after it: the run is generated again.
+     */
+    void requireDescribed(Map<String, Object> coverage, TxView v) {
+        if (!Boolean.TRUE.equals(coverage.get("complete")) || !((List<?>) coverage.get("extra")).isEmpty()) {
+            throw new Harness.HarnessError("trace contexts after the clients' shutdown: " + coverage.get("summary"));
+        }
+        String status = unsettled(v);
+        if (status != null) {
+            throw new Harness.HarnessError("transactions unsettled at the read-back: " + status);
+        }
+        long halfMax = 0;
+        long txMax = 0;
+        for (Map<String, Object> r : topicSnapshot) {
+            if (r.get("maxOffset") == null) {
+                continue;
+            }
+            if (HALF_TOPIC.equals(r.get("topic"))) {
+                halfMax += ((Number) r.get("maxOffset")).longValue();
+            } else if (T_TX.equals(r.get("topic"))) {
+                txMax += ((Number) r.get("maxOffset")).longValue();
+            }
+        }
+        if (halfMax != v.half.size() || txMax != v.committed.size()) {
+            throw new Harness.HarnessError("transactional copies stored after the read-back: half " + v.half.size()
+                + " read, " + halfMax + " at the end; " + T_TX + " " + v.committed.size() + " read, " + txMax
+                + " at the end");
+        }
+    }
+
     // =================================================================== waiting
 
     Set<String> ackedIds(java.util.function.Predicate<Map<String, Object>> which) {
@@ -1045,13 +1326,17 @@ final class TracesWorkload extends StandaloneScenario {
      * too: the client's decoder would clear COMPRESSED_FLAG when it decompresses).
      */
     List<MessageExt> pullAll(String topic) throws Exception {
+        return pullAll(topic, 0);
+    }
+
+    List<MessageExt> pullAll(String topic, int queueId) throws Exception {
         List<MessageExt> all = new ArrayList<>();
         long offset = 0;
         for (int round = 0; round < 10_000; round++) {
             PullMessageRequestHeader hdr = new PullMessageRequestHeader();
             hdr.setConsumerGroup(G_READER);
             hdr.setTopic(topic);
-            hdr.setQueueId(0);
+            hdr.setQueueId(queueId);
             hdr.setQueueOffset(offset);
             hdr.setMaxMsgNums(32);
             hdr.setSysFlag(PullSysFlag.buildSysFlag(false, false, true, false));
@@ -1479,6 +1764,22 @@ final class TracesWorkload extends StandaloneScenario {
         r.put("txOutcome", isDiscarded ? "discarded" : outcome);
         r.put("txDecidedMs", decidedMs);
         r.put("txUndecidedAtS1", s1CopyStartMs > 0 && (decidedMs == null || decidedMs >= s1CopyStartMs));
+        // what the broker stored for it (read back before the shutdown): the half message and every copy a check put
+        // back, and each committed copy in TopicTraceTx (more than one when a check raced a commit)
+        r.put("txHalfCopies", truthCopiesOf(halfCopies, id));
+        r.put("txCommittedCopies", truthCopiesOf(committedCopies, id));
+    }
+
+    static List<Map<String, Object>> truthCopiesOf(List<Map<String, Object>> rows, String msgId) {
+        List<Map<String, Object>> out = new ArrayList<>();
+        for (Map<String, Object> row : rows) {
+            if (String.valueOf(msgId).equals(row.get("msgId"))) {
+                Map<String, Object> c = new LinkedHashMap<>(row);
+                c.remove("msgId");
+                out.add(c);
+            }
+        }
+        return out;
     }
 
     @SuppressWarnings("unchecked")
