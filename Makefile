@@ -32,12 +32,15 @@ check-tools:
 	@command -v mvn >/dev/null || { echo "error: mvn (Maven) not found"; exit 1; }
 
 # `uv pip sync` makes the environment equal to the lock: anything else (for example a
-# stray pyspark-client shadowing the real pyspark) is removed.
+# stray pyspark-client shadowing the real pyspark) is removed. uv writes no bytecode unless
+# asked, and where PYTHONDONTWRITEBYTECODE is set (as on this project's machines) Python
+# never caches it either: every process compiled what it imported, a task's or a CLI
+# command's check 7 CPU-s more (GX and Airflow alone ~9,000 files; docs/testing.md).
 $(INSTALLED): requirements.lock pyproject.toml | check-tools
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q uv==$(UV_VERSION)
-	$(UV) pip sync -q --python $(PY) requirements.lock
-	$(UV) pip install -q --python $(PY) --no-deps -e .
+	$(UV) pip sync -q --compile-bytecode --python $(PY) requirements.lock
+	$(UV) pip install -q --compile-bytecode --python $(PY) --no-deps -e .
 	touch $@
 
 jars: $(INSTALLED)
@@ -156,11 +159,13 @@ $(VERSITYGW):
 ## test: set up, then run the whole test suite (two pytest processes at once, see
 ## tests/lanes.sh); with PYTEST_ARGS, one pytest run with those arguments instead
 # pytest exits 5 when it collects no tests; that alone must not fail CI.
-# The S3 server's Go build runs beside the rest of the set-up (-j2): on a fresh machine
-# it compiles while the Python install, the jars and the apt packages mostly download, and
-# before the CPU-bound broker stores; those steps stay one after another (apt-get locks).
+# The S3 server's Go build (200 CPU-s cold) and the broker harness's Maven build (45 s
+# cold, mostly downloads) run beside the Python install, the jars and the apt packages
+# (mostly downloads too) rather than before or beside the CPU-bound broker stores; the
+# Python and apt steps stay one after another (apt-get locks).
 test:
 	$(MAKE) --no-print-directory -j2 s3 test-setup
+	$(PY) -m compileall -q -j 2 jobs rmqlib dags tests bench >/dev/null
 ifeq ($(strip $(PYTEST_ARGS)),)
 	bash tests/lanes.sh $(PY)
 else
@@ -168,10 +173,12 @@ else
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$status
 endif
 
-test-setup:
-	$(MAKE) --no-print-directory setup
-	$(MAKE) --no-print-directory browser
-	$(MAKE) --no-print-directory sshd
+test-setup: check-tools
+	mkdir -p .cache/logs
+	$(PYTHON) tests/broker_harness/stores.py --build-only >.cache/logs/harness-build.log 2>&1 & \
+	build=$$!; $(MAKE) --no-print-directory setup && $(MAKE) --no-print-directory browser && \
+	$(MAKE) --no-print-directory sshd; status=$$?; \
+	wait $$build || { cat .cache/logs/harness-build.log; exit 1; }; exit $$status
 	$(MAKE) --no-print-directory stores
 
 ## fuzz: coverage-guided fuzzing (atheris) of every rmqlib decoder, FUZZ_SECONDS per target,

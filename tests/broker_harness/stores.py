@@ -473,6 +473,9 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"cache directory (default ${CACHE_ENV} or .cache/stores)")
     ap.add_argument("--force", action="store_true",
                     help="regenerate even if a complete store exists")
+    ap.add_argument("--build-only", action="store_true",
+                    help="only build the harness with Maven (make test runs it beside the "
+                         "Python install: it downloads the RocketMQ jars)")
     args = ap.parse_args(argv)
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     if variants == ["all"]:
@@ -482,6 +485,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stores.py: {msg}", file=sys.stderr, flush=True)
 
     try:
+        if args.build_only:
+            build_harness()
+            return 0
         paths = ensure_stores(variants, args.cache, force=args.force, log=log)
     except StoreGenerationError as exc:
         print(f"stores.py: error: {exc}", file=sys.stderr)
