@@ -6,8 +6,8 @@
 # cluster (master and worker JVMs starting), SFTP snapshots, the S3 server's tests (a
 # fleet's nights on the bucket), and a Spark module with its own warehouse (incremental
 # loads), the scheduler killed mid-run, the maintenance racing loads, a night on Spark in
-# a bucket and the DLedger pipeline, which balance the lanes' lengths (at fc67390, before
-# the last two moved: lane B 44:38, lane A 38:13). Lane B, everything else, fills the two
+# a bucket and the DLedger pipeline, which balance the lanes' lengths (at 7b7e3ce: lane B
+# 35:09, lane A 30:56; docs/testing.md). Lane B, everything else, fills the two
 # cores meanwhile. Each lane has its own temp dir, Airflow home and Spark session; ports are
 # picked free at run time and the broker stores are built before either lane starts. Lane
 # A's output is printed after lane B's. Exit status: the worse of the two (pytest's 5, "no
