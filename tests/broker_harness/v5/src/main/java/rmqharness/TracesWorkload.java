@@ -992,10 +992,11 @@ final class TracesWorkload extends StandaloneScenario {
         final Set<String> discarded = new HashSet<>();
         int opMessages;
 
-        List<Map<String, Object>> copiesOf(List<Map<String, Object>> rows, String msgId) {
+        /** The rows of {@code rows} (half or committed copies) of one message. */
+        static List<Map<String, Object>> copiesOf(List<Map<String, Object>> rows, String msgId) {
             List<Map<String, Object>> out = new ArrayList<>();
             for (Map<String, Object> r : rows) {
-                if (msgId.equals(r.get("msgId"))) {
+                if (String.valueOf(msgId).equals(r.get("msgId"))) {
                     out.add(r);
                 }
             }
@@ -1084,7 +1085,7 @@ final class TracesWorkload extends StandaloneScenario {
         List<String> out = new ArrayList<>();
         for (String id : ackedIds(r -> r.get("txPlan") != null)) {
             Map<String, Object> latest = null;
-            for (Map<String, Object> c : v.copiesOf(v.half, id)) {
+            for (Map<String, Object> c : TxView.copiesOf(v.half, id)) {
                 if (latest == null || ((Number) c.get("queueOffset")).longValue()
                     > ((Number) latest.get("queueOffset")).longValue()) {
                     latest = c;
@@ -1772,12 +1773,10 @@ final class TracesWorkload extends StandaloneScenario {
 
     static List<Map<String, Object>> truthCopiesOf(List<Map<String, Object>> rows, String msgId) {
         List<Map<String, Object>> out = new ArrayList<>();
-        for (Map<String, Object> row : rows) {
-            if (String.valueOf(msgId).equals(row.get("msgId"))) {
-                Map<String, Object> c = new LinkedHashMap<>(row);
-                c.remove("msgId");
-                out.add(c);
-            }
+        for (Map<String, Object> row : TxView.copiesOf(rows, msgId)) {
+            Map<String, Object> c = new LinkedHashMap<>(row);
+            c.remove("msgId");
+            out.add(c);
         }
         return out;
     }
