@@ -160,9 +160,9 @@ $(VERSITYGW):
 ## tests/lanes.sh); with PYTEST_ARGS, one pytest run with those arguments instead
 # pytest exits 5 when it collects no tests; that alone must not fail CI.
 # The S3 server's Go build (200 CPU-s cold) and the broker harness's Maven build (45 s
-# cold, mostly downloads) run beside the Python install, the jars and the apt packages
-# (mostly downloads too) rather than before or beside the CPU-bound broker stores; the
-# Python and apt steps stay one after another (apt-get locks).
+# cold, mostly downloads) run beside the Python install and the apt packages (mostly
+# downloads too) rather than before or beside the CPU-bound broker stores; the Python and
+# apt steps stay one after another (apt-get locks).
 test:
 	$(MAKE) --no-print-directory -j2 s3 test-setup
 	$(PY) -m compileall -q -j 2 jobs rmqlib dags tests bench >/dev/null
@@ -173,12 +173,15 @@ else
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$status
 endif
 
+# Two Maven processes never share ~/.m2 at once (Maven 3.8 does not lock it): the Delta
+# jars (`setup`'s second half) are fetched after the harness's build.
 test-setup: check-tools
 	mkdir -p .cache/logs
 	$(PYTHON) tests/broker_harness/stores.py --build-only >.cache/logs/harness-build.log 2>&1 & \
-	build=$$!; $(MAKE) --no-print-directory setup && $(MAKE) --no-print-directory browser && \
-	$(MAKE) --no-print-directory sshd; status=$$?; \
+	build=$$!; $(MAKE) --no-print-directory $(INSTALLED) && \
+	$(MAKE) --no-print-directory browser && $(MAKE) --no-print-directory sshd; status=$$?; \
 	wait $$build || { cat .cache/logs/harness-build.log; exit 1; }; exit $$status
+	$(MAKE) --no-print-directory setup
 	$(MAKE) --no-print-directory stores
 
 ## fuzz: coverage-guided fuzzing (atheris) of every rmqlib decoder, FUZZ_SECONDS per target,
