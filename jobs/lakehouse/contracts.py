@@ -338,8 +338,13 @@ def _odcs_validator() -> Any:
     return jsonschema.validators.validator_for(schema)(schema)
 
 
+@cache
+def _odcs_schema_digest() -> str:
+    return hashlib.sha256(_odcs_schema_text().encode()).hexdigest()
+
+
 def _odcs_marker(text: str) -> Path:
-    digest = hashlib.sha256(f"{_odcs_schema_text()}\0{text}".encode()).hexdigest()
+    digest = hashlib.sha256(f"{_odcs_schema_digest()}\0{text}".encode()).hexdigest()
     return ODCS_CHECKED_DIR / digest
 
 

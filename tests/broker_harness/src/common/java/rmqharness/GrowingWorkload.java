@@ -715,7 +715,7 @@ final class GrowingWorkload {
             Thread.sleep(25);
         }
         long seen = System.currentTimeMillis();
-        // switch retention off again before the next clean run (every cleanResourceInterval) deletes more
+        // the broker's own settings again (only the aged files had expired, so nothing more can go either way)
         Properties off = new Properties();
         for (String k : RETENTION_KEYS) {
             off.setProperty(k, String.valueOf(original.get(k)));
