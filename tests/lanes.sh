@@ -22,7 +22,7 @@ LANE_A=(tests/test_dag.py tests/test_fleet_dag.py tests/test_cluster.py
         tests/test_s3_warehouse.py tests/test_leases.py
         tests/test_s3_server.py tests/test_scheduler_restart.py
         tests/test_maintenance_races.py tests/test_s3_spark.py
-        tests/test_dledger_pipeline.py)
+        tests/test_dledger_pipeline.py tests/test_cluster_pipeline.py)
 # Memory: every Spark driver JVM of the suite gets a 2 GiB heap (RMQ_SPARK_DRIVER_MEMORY;
 # the fleet DAG gives its tasks' JVMs 1.5 GiB). At the worst moment lane A has its session
 # and the fleet DAG's two task JVMs, lane B its session and a test's own Spark process or
