@@ -6,8 +6,9 @@
 # cluster (master and worker JVMs starting), SFTP snapshots, the S3 server's tests (a
 # fleet's nights on the bucket), and a Spark module with its own warehouse (incremental
 # loads), the scheduler killed mid-run, the maintenance racing loads, a night on Spark in
-# a bucket and the DLedger pipeline, which balance the lanes' lengths (at 7b7e3ce: lane B
-# 35:09, lane A 30:56; docs/testing.md). Lane B, everything else, fills the two
+# a bucket, the DLedger and cluster pipelines and the GX module, which balance the lanes'
+# lengths (at 4d0f580, before the last two moved: lane B 33:32, lane A 30:38;
+# docs/testing.md). Lane B, everything else, fills the two
 # cores meanwhile. Each lane has its own temp dir, Airflow home and Spark session; ports are
 # picked free at run time and the broker stores are built before either lane starts. Lane
 # A's output is printed after lane B's. Exit status: the worse of the two (pytest's 5, "no
@@ -22,7 +23,8 @@ LANE_A=(tests/test_dag.py tests/test_fleet_dag.py tests/test_cluster.py
         tests/test_s3_warehouse.py tests/test_leases.py
         tests/test_s3_server.py tests/test_scheduler_restart.py
         tests/test_maintenance_races.py tests/test_s3_spark.py
-        tests/test_dledger_pipeline.py tests/test_cluster_pipeline.py)
+        tests/test_dledger_pipeline.py tests/test_cluster_pipeline.py
+        tests/test_expectations.py)
 # Memory: every Spark driver JVM of the suite gets a 2 GiB heap (RMQ_SPARK_DRIVER_MEMORY;
 # the fleet DAG gives its tasks' JVMs 1.5 GiB). At the worst moment lane A has its session
 # and the fleet DAG's two task JVMs, lane B its session and a test's own Spark process or
