@@ -7,11 +7,11 @@
 # fleet's nights on the bucket), and a Spark module with its own warehouse (incremental
 # loads), the scheduler killed mid-run, the maintenance racing loads, a night on Spark in
 # a bucket, the DLedger and cluster pipelines and the GX module, which balance the lanes'
-# lengths (at 2979172: lane B 30:24, lane A 30:42; docs/testing.md). Lane B, everything else, fills the two
-# cores meanwhile. Each lane has its own temp dir, Airflow home and Spark session; ports are
-# picked free at run time and the broker stores are built before either lane starts. Lane
-# A's output is printed after lane B's. Exit status: the worse of the two (pytest's 5, "no
-# tests collected", counts as success).
+# lengths (at 2979172: lane B 30:24, lane A 30:42; docs/testing.md). Lane B, everything
+# else, fills the two cores meanwhile. Each lane has its own temp dir, Airflow home and
+# Spark session; ports are picked free at run time and the broker stores are built before
+# either lane starts. Lane A's output is printed after lane B's. Exit status: the worse of
+# the two (pytest's 5, "no tests collected", counts as success).
 set -uo pipefail
 PY=${1:?usage: tests/lanes.sh PYTHON}
 LANE_A=(tests/test_dag.py tests/test_fleet_dag.py tests/test_cluster.py

@@ -661,15 +661,14 @@ def _rule_rows(frame: pd.DataFrame, query: str) -> pa.Table:
         batch = pa.Table.from_pandas(frame[[c for c in frame.columns if c in named]],
                                      preserve_index=False)
     with _rules_database().cursor() as connection:
-        connection.execute("SET TimeZone = 'UTC'").fetchall()
         connection.register("batch", batch)
         return connection.sql(query).to_arrow_table()
 
 
 def _rules_database() -> duckdb.DuckDBPyConnection:
-    """This process's in-memory DuckDB for the rules' queries, each on a cursor of its own
-    (its own ``batch`` view and settings). Opening a database costs ~25 ms of CPU, a cursor
-    next to nothing: a database per query was 1.2 of a small check's ~13 CPU-s (48 queries)."""
+    """This process's in-memory DuckDB (UTC) for the rules' queries, each on a cursor of its
+    own (its own ``batch`` view). Opening a database costs ~25 ms of CPU, a cursor next to
+    nothing: a database per query was 1.2 of a small check's ~13 CPU-s (48 queries)."""
     return _database_of(os.getpid())
 
 
@@ -678,4 +677,6 @@ def _database_of(pid: int) -> duckdb.DuckDBPyConnection:
     """Keyed by process id: a forked child never uses its parent's database."""
     import duckdb
 
-    return duckdb.connect()
+    database = duckdb.connect()
+    database.execute("SET GLOBAL TimeZone = 'UTC'").fetchall()  # every cursor's too
+    return database
