@@ -4,8 +4,9 @@ On a generated store (bench/load_delta.py's, commitlog only), loaded once in pro
 - the ``messages`` rows written by pyarrow with a dictionary tried on every column
   (pyarrow's default) against on the text columns only (jobs.lakehouse.parquet_files);
 - the ``message_lookup`` rows (DuckDB's query of jobs.load.lookup_rows, its parts timed:
-  the rows, their md5 bucket, the sort) written by delta-rs' writer against pyarrow's
-  with the table's own options (jobs.lakehouse.message_lookup).
+  the rows, their md5 bucket, the sort, and pyarrow's sort instead of DuckDB's) written by
+  delta-rs' writer against pyarrow's with the table's own options
+  (jobs.lakehouse.message_lookup).
 Each write runs ``--repeat`` times in this process, alternately; the best CPU time counts.
 
     python bench/parquet_writer.py --size-mib 256 --body 100
@@ -23,6 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+#: The lookup query's ORDER BY (jobs.load.lookup_rows.lookup_sql).
+SORT_COLUMNS = ("lookup_bucket", "lookup_value", "physical_offset", "inner_index")
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
 
 
@@ -123,9 +126,15 @@ def main() -> None:
             write_partitioned(iter(lookup[0].to_batches()), schema, ("lookup_bucket",),
                               scratch / "lookup-p", None, message_lookup.parquet_options())
 
+        def sorted_by_pyarrow() -> None:
+            query(unsorted)()
+            lookup[:] = [lookup[0].sort_by([(c, "ascending") for c in SORT_COLUMNS])]
+
         for _ in range(args.repeat):
             for label, sql in queries.items():
                 measure(label, query(sql), results)
+            measure("lookup rows: md5, not sorted, then pyarrow's sort", sorted_by_pyarrow,
+                    results)
             measure("lookup write: delta-rs (before)", by_delta_rs, results)
             measure("lookup write: pyarrow, the table's options", by_pyarrow, results)
         print(f"{args.size_mib} MiB store, {args.body} B bodies: {messages.num_rows:,} "
