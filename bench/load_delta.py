@@ -81,6 +81,7 @@ VARIANTS: dict[str, dict] = {
     "deltarswriter": {"env": "deltars-writer"},
     "former": {"env": "inprocess-former"},
     "dictall": {"env": "dict-all"},
+    "nolookup": {"env": "no-lookup"},
     "nodict": {"conf": {"parquet.enable.dictionary": "false"}},
     # dictionary encoding off only for the columns whose values are (nearly) all distinct
     "nodict-unique": {"conf": {f"parquet.enable.dictionary#{column}": "false" for column in (
