@@ -36,7 +36,7 @@ import pytest
 from airflow_scheduler import (
     local_executor_env,
     query_metadata,
-    wait_for_port,
+    wait_for_execution_api,
     wait_until_run_ends,
 )
 from endpoints import Mailbox, free_port, smtp_connection, start_webhook, webhook_connection
@@ -590,7 +590,7 @@ def killed(airflow, growing_store, tmp_path_factory):  # type: ignore[no-untyped
                                start_new_session=True)
         run = None
         try:
-            wait_for_port(port, api, 120)
+            wait_for_execution_api(port, api, 120)
             run = subprocess.Popen([airflow_bin, "dags", "test", "rmq_nightly",
                                     D_KILLED.isoformat(), "--use-executor"],
                                    env=env, stdout=run_log, stderr=subprocess.STDOUT,
