@@ -1,0 +1,51 @@
+"""The daemon that forks Spark's Python workers: pyspark's own, minus a cost per task.
+
+Before every task a Python worker calls ``importlib.invalidate_caches()`` (pyspark's
+``setup_spark_files``, so that files added to the job become importable). On Python 3.11
+that makes every zip importer in ``sys.path_importer_cache`` read its archive's whole
+directory again, and a worker holds one per package it imported from Spark's own archives:
+``pyspark.zip`` (1,328 entries) for ``pyspark``, ``pyspark/sql``, ``pyspark/sql/pandas``
+..., the py4j zip, and the ``spark-core`` jar Spark also puts on the workers' path (5,362
+entries). Measured: 0.13 CPU-s a task, 2.8 of the 14 CPU-s the workers spent on a 1 GiB
+load of 16 tasks (bench/README.md).
+
+The archives do not change while a worker lives, so each task here starts with those
+importers dropped from the cache: ``invalidate_caches`` then has none to re-read, and an
+import that needs one makes it again from zipimport's own cache of directories (no read).
+Modules already imported are untouched; a file the job adds is a new path entry and gets a
+new importer as before. Spark runs this module in place of ``pyspark.daemon`` by the
+setting ``spark.python.daemon.module`` (jobs.lakehouse.spark_session), the hook Spark
+offers for such workarounds (SPARK-22959); it needs nothing the executors' tasks do not
+(they import ``jobs`` already).
+"""
+
+from __future__ import annotations
+
+import sys
+import zipimport
+from typing import IO
+
+from pyspark import daemon
+
+
+def forget_archive_importers() -> int:
+    """Drop the zip importers from ``sys.path_importer_cache``; how many there were."""
+    archives = [path for path, finder in sys.path_importer_cache.items()
+                if isinstance(finder, zipimport.zipimporter)]
+    for path in archives:
+        del sys.path_importer_cache[path]
+    return len(archives)
+
+
+_run_task = daemon.worker_main
+
+
+def _run_task_without_archive_importers(infile: IO, outfile: IO) -> None:
+    forget_archive_importers()
+    _run_task(infile, outfile)
+
+
+daemon.worker_main = _run_task_without_archive_importers
+
+if __name__ == "__main__":
+    daemon.manager()
