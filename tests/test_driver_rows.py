@@ -21,7 +21,7 @@ from deltalake import DeltaTable, write_deltalake
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jobs.lakehouse.driver_rows import arrow_dataset, read_arrow
+from jobs.lakehouse.driver_rows import arrow_dataset, read_arrow, sparse_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -57,6 +57,36 @@ def test_rows_read_natively_equal_deltalakes_reader(tmp_path_factory, values, ch
     some = values[:1 + chosen % len(values)]
     assert _sorted(read_arrow(location, broker=some)) == [
         row for row in _sorted(reference) if row["broker"] in some]
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.lists(st.tuples(st.sampled_from(["b1", "b 2"]), st.sampled_from(["x", "y", "z"]),
+                               st.integers(0, 9), st.binary(max_size=8)), max_size=60),
+       row_group=st.integers(1, 8), wanted=st.sampled_from(["x", "y", "z"]),
+       broker=st.sampled_from(["b1", "b 2"]))
+def test_sparse_rows_are_the_rows_a_filtered_scan_gives(tmp_path_factory, rows, row_group,  # type: ignore[no-untyped-def]
+                                                      wanted, broker):
+    """Row groups are counted on the filter's columns and only those with a match read:
+    the same rows as one filtered scan, whatever the partitions, files and row groups."""
+    import pyarrow.dataset as ds
+    from deltalake import WriterProperties
+
+    location = tmp_path_factory.mktemp("table")
+    table = pa.table({name: list(column) for name, column in zip(
+        ("broker", "topic", "n", "body"), zip(*rows, strict=True) if rows else ([],) * 4,
+        strict=True)}, schema=pa.schema([("broker", pa.string()), ("topic", pa.string()),
+                                        ("n", pa.int64()), ("body", pa.binary())]))
+    for half in (table.slice(0, len(table) // 2), table.slice(len(table) // 2)):
+        write_deltalake(str(location), half, partition_by=["broker"], mode="append",
+                        writer_properties=WriterProperties(max_row_group_size=row_group))
+    dataset = arrow_dataset(location)
+    where = (ds.field("broker") == broker) & ((ds.field("topic") == wanted) | (ds.field("n") > 7))
+    expected = dataset.to_table(columns=["n", "body", "topic"], filter=where)
+    got = sparse_rows(dataset, where, ["n", "body", "topic"])
+
+    assert got.schema == expected.schema
+    assert sorted(got.to_pylist(), key=repr) == sorted(expected.to_pylist(), key=repr)
 
 
 def test_a_spark_written_partitioned_table_reads_the_same(spark, tmp_path):  # type: ignore[no-untyped-def]

@@ -117,6 +117,26 @@ def arrow_dataset(location: str | Path, files_where: str | None = None,
     return table.to_pyarrow_dataset(filesystem=native, file_pruning_predicate=files_where)
 
 
+def sparse_rows(dataset: ds.Dataset, where: ds.Expression, columns: Sequence[str]
+                ) -> pa.Table:
+    """The ``columns`` of ``dataset``'s rows matching ``where``, a filter few rows pass.
+
+    A dataset scan decodes every projected column of a row group before it filters: the
+    op messages' bodies of a night wanted that way decode the bodies of the whole night
+    (a 1 GiB night without one transaction: 0.95 CPU-s). Here each row group is first
+    counted on the filter's own columns, and read only when something in it matches
+    (0.14 CPU-s for that night)."""
+    import pyarrow as pa
+
+    parts = [group.to_table(schema=dataset.schema, columns=list(columns), filter=where)
+             for fragment in dataset.get_fragments(filter=where)
+             for group in fragment.split_by_row_group()
+             if group.to_table(schema=dataset.schema, columns=[], filter=where).num_rows]
+    if parts:
+        return pa.concat_tables(parts)
+    return pa.schema([dataset.schema.field(name) for name in columns]).empty_table()
+
+
 def object_store_filesystem(table: Any) -> pa_fs.FileSystem:
     """deltalake's own filesystem for ``table`` (object_store, configured from the
     ``AWS_*`` environment), told the files' sizes from the log so opening one costs no

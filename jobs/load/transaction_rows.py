@@ -23,7 +23,7 @@ from datetime import datetime
 import pyarrow.dataset as ds
 
 from jobs.lakehouse import tables as T
-from jobs.lakehouse.driver_rows import arrow_dataset, sql_text
+from jobs.lakehouse.driver_rows import arrow_dataset, sparse_rows, sql_text
 from jobs.lakehouse.tables import Registry
 from jobs.load.state_rows import utc
 from rmqlib.rocksdb.state_store import StateStore
@@ -98,8 +98,7 @@ def _records(registry: Registry, broker: str, snapshot_id: str) -> list[Transact
     system = ds.field("topic").isin(list(KINDS))
     wanted = ((ds.field("broker") == broker) & (ds.field("first_snapshot_id") == snapshot_id)
               & (system | (ds.field("transaction_type") == "COMMIT")))
-    table = messages.to_table(columns=list(RECORD_COLUMNS), filter=wanted)
-    table = table.sort_by("physical_offset")
+    table = sparse_rows(messages, wanted, RECORD_COLUMNS).sort_by("physical_offset")
     return [record for row in table.to_pylist()
             if (record := _record(row)) is not None]
 
