@@ -80,3 +80,24 @@ def test_the_driver_jvm_runs_with_the_options_it_was_given(spark) -> None:  # ty
     assert any(a.startswith("-Dlog4j2.configurationFile=") for a in arguments)
     for option in os.environ.get(JAVA_OPTIONS_ENV, "").split():
         assert option in arguments
+
+
+def test_python_tasks_start_without_spark_archives_to_re_read(spark) -> None:  # type: ignore[no-untyped-def]
+    """Every Python task re-validates the import caches (pyspark's setup_spark_files);
+    each zip importer then re-reads its whole archive, 0.13 CPU-s a task with those of
+    pyspark.zip and the spark-core jar. The session's daemon drops them before each task:
+    after a first round of tasks has imported pyspark's modules from the zip, the next
+    tasks find none left."""
+    def _archive_importers_at_task_start(_: object) -> list[int]:  # pickled by value
+        import sys
+        import zipimport
+
+        return [sum(isinstance(finder, zipimport.zipimporter)
+                    for finder in sys.path_importer_cache.values())]
+
+    context = spark.sparkContext
+    assert spark.conf.get("spark.python.daemon.module") == "jobs.lakehouse.spark_python_daemon"
+    first = context.parallelize(range(8), 8).mapPartitions(_archive_importers_at_task_start)
+    assert len(first.collect()) == 8
+    again = context.parallelize(range(8), 8).mapPartitions(_archive_importers_at_task_start)
+    assert again.collect() == [0] * 8
