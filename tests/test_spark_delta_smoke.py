@@ -101,3 +101,18 @@ def test_python_tasks_start_without_spark_archives_to_re_read(spark) -> None:  #
     assert len(first.collect()) == 8
     again = context.parallelize(range(8), 8).mapPartitions(_archive_importers_at_task_start)
     assert again.collect() == [0] * 8
+
+
+def test_python_workers_import_the_installed_pyspark(spark) -> None:  # type: ignore[no-untyped-def]
+    """Not pyspark.zip's sources, compiled again by every application's workers: the
+    environment's own pyspark (the same release), compiled once at install."""
+    import pyspark
+
+    def where_pyspark_is(_: object) -> list[str]:  # pickled by value
+        import pyspark
+
+        return [pyspark.__file__]
+
+    files = spark.sparkContext.parallelize(range(2), 2).mapPartitions(where_pyspark_is).collect()
+    assert files == [pyspark.__file__] * 2
+    assert ".zip" not in pyspark.__file__
