@@ -268,6 +268,16 @@ def test_airflow_services_wait_for_postgres_and_airflow_init() -> None:
     assert service("airflow-init")["restart"] == "no"
 
 
+def test_tasks_start_once_the_execution_api_is_built() -> None:
+    """The API server builds its execution app on the first request (4-6 s on a busy
+    host, past a task's 5 s execution_api_timeout, issue 39): its health check asks that
+    app, and the scheduler, which starts the tasks, waits for it."""
+    check = service("airflow-apiserver")["healthcheck"]["test"]
+    assert check[-1] == "http://localhost:8080/execution/health"
+    depends = service("airflow-scheduler")["depends_on"]
+    assert depends["airflow-apiserver"]["condition"] == "service_healthy"
+
+
 def test_api_server_publishes_8080() -> None:
     ports = service("airflow-apiserver")["ports"]
     assert {"target": 8080, "published": "8080"}.items() <= ports[0].items()
