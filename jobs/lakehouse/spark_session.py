@@ -53,8 +53,8 @@ BASE_CONF: dict[str, str] = {
     # apache/spark#55392) drops them: UNBOUND_SQL_PARAMETER. The legacy substitution binds
     # them after parsing and works with Delta; the saved queries rely on it.
     "spark.sql.legacy.parameterSubstitution.constantsOnly": "true",
-    # pyspark's daemon without its per-task re-read of Spark's own archives
-    # (jobs/lakehouse/spark_python_daemon.py: 0.13 CPU-s a Python task)
+    # pyspark's daemon without its per-task re-read of Spark's own archives (0.13 CPU-s a
+    # Python task) and with the installed pyspark (jobs/lakehouse/spark_python_daemon.py)
     "spark.python.daemon.module": "jobs.lakehouse.spark_python_daemon",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
