@@ -39,9 +39,9 @@ from typing import IO
 SPARK_ARCHIVES = re.compile(r"(pyspark\.zip|py4j-[\w.]+-src\.zip|spark-core_[\w.-]+\.jar)$")
 
 
-def prefer_installed_pyspark() -> bool:
+def prefer_installed_pyspark() -> None:
     """Move Spark's archives behind the installed packages on ``sys.path`` when the
-    installed pyspark is the release ``pyspark.zip`` holds; whether they were moved."""
+    installed pyspark is the release ``pyspark.zip`` holds."""
     archives = [entry for entry in sys.path if SPARK_ARCHIVES.search(os.path.basename(entry))]
     shipped = next((entry for entry in archives if entry.endswith("pyspark.zip")), None)
     try:
@@ -49,13 +49,11 @@ def prefer_installed_pyspark() -> bool:
         with zipfile.ZipFile(shipped or "") as archive:
             version = archive.read("pyspark/version.py").decode()
     except (metadata.PackageNotFoundError, OSError, KeyError):
-        return False
-    if not re.search(rf"__version__[^=]*=\s*['\"]{re.escape(installed)}['\"]", version):
-        return False
-    for entry in archives:
-        sys.path.remove(entry)
-        sys.path.append(entry)
-    return True
+        return
+    if re.search(rf"__version__[^=]*=\s*['\"]{re.escape(installed)}['\"]", version):
+        for entry in archives:
+            sys.path.remove(entry)
+            sys.path.append(entry)
 
 
 prefer_installed_pyspark()
@@ -63,13 +61,11 @@ prefer_installed_pyspark()
 from pyspark import daemon  # noqa: E402  (after the path is settled)
 
 
-def forget_archive_importers() -> int:
-    """Drop the zip importers from ``sys.path_importer_cache``; how many there were."""
-    archives = [path for path, finder in sys.path_importer_cache.items()
-                if isinstance(finder, zipimport.zipimporter)]
-    for path in archives:
-        del sys.path_importer_cache[path]
-    return len(archives)
+def forget_archive_importers() -> None:
+    """Drop the zip importers from ``sys.path_importer_cache``."""
+    for path, finder in list(sys.path_importer_cache.items()):
+        if isinstance(finder, zipimport.zipimporter):
+            del sys.path_importer_cache[path]
 
 
 _run_task = daemon.worker_main
