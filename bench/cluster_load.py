@@ -14,7 +14,8 @@ this measures whether the load spreads its tasks over the executors, not how far
 scale on a real cluster.
 
 Usage: python bench/cluster_load.py [--size-mib 4096] [--workers 1,2] [--repeat 1]
-Results: a table on stdout. See bench/README.md.
+Results: a table on stdout, each load's own lines in .cache/bench/cluster_load/. See
+bench/README.md.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def load_on(cluster_url: str, env: dict[str, str], store: Path, warehouse: Path,
     """Seconds of one whole load command against the cluster."""
     command = [PYTHON, "-m", "jobs", "--master", cluster_url, "--warehouse", str(warehouse),
                "load", "--broker", BROKER, "--snapshot-id", "s1", "--engine", "spark",
-               "--quiet", str(store)]
+               str(store)]
     started = time.perf_counter()
     with log.open("wb") as out:
         result = subprocess.run(command, cwd=ROOT, env=env, stdout=out,
@@ -58,14 +59,14 @@ def busy_cpu_seconds() -> float:
     return sum(times) - times.idle - getattr(times, "iowait", 0.0)
 
 
-def run(workers: int, store: Path, work: Path) -> dict:
-    """One load on a fresh cluster of ``workers`` one-core workers."""
+def run(workers: int, store: Path, work: Path, log: Path) -> dict:
+    """One load on a fresh cluster of ``workers`` one-core workers; its step lines (the
+    session's start, each table's seconds) kept in ``log``."""
     root = work / f"cluster-{workers}"
     shutil.rmtree(root, ignore_errors=True)
     with standalone_cluster(root, workers=workers, cores=1, memory="2g") as cluster:
         before = busy_cpu_seconds()
-        seconds = load_on(cluster.url, cluster.env, store, root / "warehouse",
-                          root / "load.log")
+        seconds = load_on(cluster.url, cluster.env, store, root / "warehouse", log)
         cpu = busy_cpu_seconds() - before
         executors = sum(1 for _ in cluster.work_dir.glob("*/*/stderr"))
     shutil.rmtree(root / "warehouse", ignore_errors=True)
@@ -86,14 +87,17 @@ def main() -> None:
     size = store_bytes(store)
     print(f"store: {args.body}-byte bodies, {records:,} records, {size / MIB:,.0f} MiB")
     results = []
+    logs = Path(args.cache) / "cluster_load"
+    logs.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="cluster-load-") as scratch:
         for round_number in range(args.repeat):
             for workers in (int(n) for n in args.workers.split(",")):
-                result = run(workers, store, Path(scratch))
+                log = logs / f"{workers}-workers-{round_number + 1}.log"
+                result = run(workers, store, Path(scratch), log)
                 results.append(result)
                 print(f"  [{round_number + 1}/{args.repeat}] {workers} worker(s): "
                       f"{result['seconds']:.1f} s, {result['cpu']:.0f} CPU-s, "
-                      f"{result['executors']} executor(s)", flush=True)
+                      f"{result['executors']} executor(s); {log}", flush=True)
     print("\n| workers | best s | MB/s | CPU-s/GB | executors |\n|---:|---:|---:|---:|---:|")
     for workers in sorted({r["workers"] for r in results}):
         runs = [r for r in results if r["workers"] == workers]
