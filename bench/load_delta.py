@@ -16,6 +16,10 @@ a fresh subprocess, interleaved, ``--repeat`` times:
   decode        rmqlib alone: the executors' code (scan_segment_arrow + to_messages) over
                 the same split ranges, one process, one core
   delta-rs      deltalake.write_deltalake of the Parquet rows, one process
+  floor@samerows, delta-rs@samerows
+                the anchors write what the load writes: the ``messages`` rows and the
+                night's ``message_lookup`` rows (derived once by the load's own query,
+                untimed, as the decoded rows are), each into its table
   in-process    the load with ``engine="local"``: the same tasks in this process, no JVM
 
 Experiments (not in the default set): ``pipeline-noop`` / ``pipeline-parquet`` /
@@ -82,6 +86,8 @@ VARIANTS: dict[str, dict] = {
     "former": {"env": "inprocess-former"},
     "dictall": {"env": "dict-all"},
     "nolookup": {"env": "no-lookup"},
+    # the floor and delta-rs also write the night's message_lookup rows (prepared)
+    "samerows": {"lookup_rows": True},
     # pyspark's own daemon, which re-reads Spark's archives before every Python task
     "stockdaemon": {"conf": {"spark.python.daemon.module": "pyspark.daemon"}},
     "nodict": {"conf": {"parquet.enable.dictionary": "false"}},
@@ -140,6 +146,44 @@ def prepare_parquet(base: Path, split: int, expected: int) -> int:
     assert rows == expected, (rows, expected)
     marker.write_text(json.dumps(wanted))
     return rows
+
+
+def prepare_lookup_parquet(base: Path, expected: int) -> Path:
+    """The night's ``message_lookup`` rows, derived from the prepared ``messages`` rows by
+    the load's own query (jobs.load.lookup_rows.lookup_sql: its order too) and written as
+    snappy Parquet: what the ``samerows`` anchors write besides the messages rows."""
+    import duckdb
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
+    from jobs.lakehouse.contracts import load_contract
+    from jobs.load.lookup_rows import lookup_sql
+
+    out = base / "lookup-parquet"
+    marker = out / "_DONE.json"
+    wanted = {"messages": expected, "v": 2}
+    if marker.exists() and json.loads(marker.read_text())["of"] == wanted:
+        return out
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    schema = load_contract("message_lookup").arrow_schema()
+    rows = 0
+    with duckdb.connect() as connection:
+        connection.register("messages", ds.dataset(str(base / "parquet"), format="parquet"))
+        reader = connection.sql(lookup_sql(BROKER, [SNAPSHOT])).to_arrow_reader(1 << 20)
+        for number, batch in enumerate(reader):  # a file a million rows: Spark's splits
+            pq.write_table(pa.Table.from_batches([batch.cast(schema)]),
+                           out / f"part-{number:05d}.parquet", compression="snappy")
+            rows += batch.num_rows
+    marker.write_text(json.dumps({"of": wanted, "rows": rows}))
+    return out
+
+
+def lookup_rows_of(parquet: str) -> int:
+    """How many lookup rows ``prepare_lookup_parquet`` wrote beside ``parquet``."""
+    return int(json.loads((Path(parquet).parent / "lookup-parquet" / "_DONE.json")
+                          .read_text())["rows"])
 
 
 def store_bytes(store: Path) -> int:
@@ -523,19 +567,39 @@ def append_once(df, location: str, app_id: str, version: int) -> None:  # type: 
 
 
 def _floor(spark, base, variant, work, args, monitor):  # type: ignore[no-untyped-def]
+    from jobs.lakehouse import message_lookup
+    from jobs.lakehouse.contracts import load_contract
+
     location = str(work / "floor" / "messages")
+    lookup = str(work / "floor" / "message_lookup")
     clock = time.perf_counter()
     create_messages_table(spark, "default.floor_messages", location, variant)
+    if variant.get("lookup_rows"):
+        spark.sql(load_contract("message_lookup").create_table_sql("default.floor_lookup",
+                                                                   lookup))
     create_seconds = time.perf_counter() - clock
 
     def write() -> None:
         append_once(spark.read.parquet(str(args.parquet)), location, "bench-floor", 1)
+        if variant.get("lookup_rows"):  # the table's zstd and Bloom filter, as the load
+            (spark.read.parquet(str(Path(args.parquet).parent / "lookup-parquet"))
+             .write.format("delta").mode("append")
+             .option("compression", "zstd")
+             .option("parquet.bloom.filter.enabled#lookup_value", "true")
+             .option("parquet.bloom.filter.expected.ndv#lookup_value",
+                     str(message_lookup.ROW_GROUP_ROWS))
+             .option("parquet.bloom.filter.fpp#lookup_value", str(message_lookup.BLOOM_FPP))
+             .save(lookup))
 
     timed = _timed(monitor, write)
     timed.pop("value")
     rows = spark.read.format("delta").load(location).count()
-    return {**timed, "create_tables_s": round(create_seconds, 2), "records": rows,
-            "bytes": args.bytes, "files": delta_files(location)}
+    result = {**timed, "create_tables_s": round(create_seconds, 2), "records": rows,
+              "bytes": args.bytes, "files": delta_files(location)}
+    if variant.get("lookup_rows"):
+        result["lookup_records"] = spark.read.format("delta").load(lookup).count()
+        assert result["lookup_records"] == lookup_rows_of(args.parquet)
+    return result
 
 
 def _sweep(spark, base, variant, work, args, monitor):  # type: ignore[no-untyped-def]
@@ -660,11 +724,16 @@ def deltars_child(mode: str, args: argparse.Namespace) -> dict[str, object]:
 
     import pyarrow.dataset as ds
     from deltalake import WriterProperties, write_deltalake
+    from deltalake.writer import BloomFilterProperties, ColumnProperties
 
+    from jobs.lakehouse import message_lookup
     from jobs.lakehouse.contracts import load_contract
 
+    _, variant = split_variant(mode)
     contract = load_contract("messages")
     location = str(Path(args.work) / "deltars" / "messages")
+    lookup_contract = load_contract("message_lookup")
+    lookup = str(Path(args.work) / "deltars" / "message_lookup")
     usage = resource.getrusage(resource.RUSAGE_SELF)
     started = time.perf_counter()
     source = ds.dataset(str(args.parquet), format="parquet", schema=contract.arrow_schema())
@@ -672,15 +741,31 @@ def deltars_child(mode: str, args: argparse.Namespace) -> dict[str, object]:
                     partition_by=contract.partition_columns, mode="append",
                     configuration=contract.table_properties,
                     writer_properties=WriterProperties(compression="SNAPPY"))
+    if variant.get("lookup_rows"):  # the table's zstd, row groups and Bloom filter
+        rows = ds.dataset(str(Path(args.parquet).parent / "lookup-parquet"),
+                          format="parquet", schema=lookup_contract.arrow_schema())
+        bloom = ColumnProperties(bloom_filter_properties=BloomFilterProperties(
+            set_bloom_filter_enabled=True, fpp=message_lookup.BLOOM_FPP,
+            ndv=message_lookup.ROW_GROUP_ROWS))
+        write_deltalake(lookup, rows.scanner(batch_size=65536).to_reader(),
+                        partition_by=lookup_contract.partition_columns, mode="append",
+                        configuration=lookup_contract.table_properties,
+                        writer_properties=WriterProperties(
+                            compression="ZSTD", max_row_group_size=message_lookup.ROW_GROUP_ROWS,
+                            column_properties={"lookup_value": bloom}))
     seconds = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_SELF)
     cpu = after.ru_utime + after.ru_stime - usage.ru_utime - usage.ru_stime
     from jobs.lakehouse.driver_rows import arrow_dataset
 
     rows = arrow_dataset(location).count_rows()
-    return {"mode": mode, "seconds": seconds, "records": rows, "bytes": args.bytes,
-            "cpu": {"driver": round(cpu, 2)}, "memory": {"driver_mib": vm_hwm_mib()},
-            "files": delta_files(location)}
+    result = {"mode": mode, "seconds": seconds, "records": rows, "bytes": args.bytes,
+              "cpu": {"driver": round(cpu, 2)}, "memory": {"driver_mib": vm_hwm_mib()},
+              "files": delta_files(location)}
+    if variant.get("lookup_rows"):
+        result["lookup_records"] = arrow_dataset(lookup).count_rows()
+        assert result["lookup_records"] == lookup_rows_of(args.parquet)
+    return result
 
 
 def in_process_child(mode: str, args: argparse.Namespace) -> dict[str, object]:
@@ -923,6 +1008,8 @@ def main() -> None:
         started = time.perf_counter()
         records = prepare_store(base, body, args.size_mib * MIB, args.segment_mib * MIB)
         prepare_parquet(base, args.split_mib * MIB, records)
+        if any(split_variant(mode)[1].get("lookup_rows") for mode in modes):
+            prepare_lookup_parquet(base, records)
         data = {"store": base / "store", "parquet": base / "parquet", "records": records,
                 "bytes": store_bytes(base / "store")}
         warm([base / "store", base / "parquet"])
