@@ -1,8 +1,9 @@
 """rmq_nightly: every night, per configured broker, snapshot -> load -> check -> alert -> maintain
--> clean up; then per cluster of the config, check_cluster (cluster lag and status, replicas
-against their masters, the cluster page) -> alert_cluster; then ``run_outcome``, which tells
-the operator about any task that failed or was killed. Load and check take a slot of the
-Spark pool (``spark_pool_slots``) each.
+-> clean up, with ``lookup`` (the new messages' message_lookup rows) beside the check and
+before maintain; then per cluster of the config, check_cluster (cluster lag and status,
+replicas against their masters, the cluster page) -> alert_cluster; then ``run_outcome``,
+which tells the operator about any task that failed or was killed. Load and check take a
+slot of the Spark pool (``spark_pool_slots``) each; lookup needs no Spark.
 
 The steps are ``jobs.pipeline`` functions; this file only wires them into Airflow:
 brokers from ``config/pipeline.yaml`` (or the ``rmq_brokers`` Variable), one mapped task
@@ -26,6 +27,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 from airflow.sdk import (
@@ -51,7 +53,8 @@ log = logging.getLogger("rmq_nightly")
 CONFIG = load_config()  # cheap: one YAML file; the DAG processor re-reads it on each parse
 CHECKED_TABLES = [T.CHECK_RESULTS, T.CONSUMER_LAG, T.QUEUE_BOUNDS, T.CONSUMER_STATUS, T.ALERTS]
 CLUSTER_TABLES = [*T.CLUSTER_TABLES, T.CHECK_RESULTS, T.ALERTS]
-LOADED_TABLES = [t for t in T.TABLES if t not in {*CHECKED_TABLES, *CLUSTER_TABLES}]
+LOADED_TABLES = [t for t in T.TABLES
+                 if t not in {*CHECKED_TABLES, *CLUSTER_TABLES, T.MESSAGE_LOOKUP}]
 
 
 def table_asset(name: str) -> Asset:
@@ -185,7 +188,13 @@ def rmq_nightly() -> None:
               outlets=[table_asset(name) for name in LOADED_TABLES])
         def load(snapshot: dict[str, Any]) -> dict[str, Any]:
             with _spark() as spark:
-                return _step(pipeline.load_broker, spark, CONFIG, _labelled(snapshot))
+                return _step(partial(pipeline.load_broker, lookup=False), spark, CONFIG,
+                             _labelled(snapshot))
+
+        # The new messages' lookup rows, beside the check: no Spark, so no pool slot.
+        @task(map_index_template=BY_BROKER, outlets=[table_asset(T.MESSAGE_LOOKUP)])
+        def lookup(loaded: dict[str, Any]) -> dict[str, Any]:
+            return _step(pipeline.lookup_broker, CONFIG, _labelled(loaded))
 
         @task(map_index_template=BY_BROKER, pool=CONFIG.spark_pool,
               outlets=[table_asset(name) for name in CHECKED_TABLES])
@@ -209,8 +218,12 @@ def rmq_nightly() -> None:
                          snapshot["snapshot_id"])
 
         taken = snapshot(broker)
-        delivered = alert(check(load(taken)))
-        maintain(delivered) >> clean_up(taken)
+        loaded = load(taken)
+        delivered = alert(check(loaded))
+        # maintenance compacts the night's lookup files too: it waits for them
+        maintained = maintain(delivered)
+        lookup(loaded) >> maintained
+        maintained >> clean_up(taken)
 
     @task
     def list_clusters(brokers: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -135,8 +136,9 @@ def resolve_store(store: str) -> Path:
 
 
 def load_broker(start_spark: Callable[[], SparkSession], config: PipelineConfig,
-                snapshot: dict[str, Any]) -> dict[str, Any]:
-    """Load the snapshot into the Delta tables (nothing when it is already loaded)."""
+                snapshot: dict[str, Any], *, lookup: bool = True) -> dict[str, Any]:
+    """Load the snapshot into the Delta tables (nothing when it is already loaded); with
+    ``lookup=False`` its message_lookup rows are left to :func:`lookup_broker`."""
     from jobs.lakehouse.progress import ConsoleProgress
     from jobs.lakehouse.spark_session import SparkOnDemand
     from jobs.load.job import LoadOptions, LoadRefusedError, load_snapshot
@@ -147,7 +149,7 @@ def load_broker(start_spark: Callable[[], SparkSession], config: PipelineConfig,
                           engine=config.load_engine,
                           local_up_to_mib=config.local_load_up_to_mib,
                           trace_topics=config.trace_topics,
-                          replica=snapshot.get("role") == SLAVE)
+                          replica=snapshot.get("role") == SLAVE, lookup=lookup)
     spark = SparkOnDemand(start_spark)  # started only if the load needs Spark
     try:
         with ConsoleProgress(spark, stream=_LogLines(broker)) as progress, \
@@ -165,8 +167,30 @@ def load_broker(start_spark: Callable[[], SparkSession], config: PipelineConfig,
              "already loaded, nothing read" if summary.skipped else "loaded",
              summary.bytes_read, rows)
     return {**_ids(snapshot), **_roles(snapshot), "skipped": summary.skipped,
-            "bytes_read": summary.bytes_read, "rows": rows,
+            "snapshot_seq": summary.snapshot_seq, "bytes_read": summary.bytes_read, "rows": rows,
             "quarantined_bytes": summary.quarantined_bytes, "seconds": round(summary.seconds, 1)}
+
+
+def lookup_broker(config: PipelineConfig, loaded: dict[str, Any]) -> dict[str, Any]:
+    """The message_lookup rows of every snapshot of the broker up to the one just loaded
+    that has none yet (jobs/load/lookup_rows.py; nothing for a slave, whose messages are
+    its master's). DuckDB and delta-rs in this process: in the DAG this runs beside the
+    check instead of at the end of the load, whose Spark application and pool slot it
+    does not need. Until it has run, lookups read the unindexed snapshot's messages."""
+    from jobs.load.lookup_rows import write_lookup_rows
+
+    broker = loaded["broker"]
+    if loaded.get("role") == SLAVE:
+        return {**_ids(loaded), "rows": 0, "snapshots": []}
+    clock = time.monotonic()
+    with _full_disk_said(f"{broker}: message_lookup of snapshot {loaded['snapshot_id']}",
+                         config):
+        written = write_lookup_rows(registry_for(None, config), broker,
+                                    loaded["snapshot_seq"])
+    log.info("%s: message_lookup: %d row(s) for snapshot(s) %s in %.1f s", broker,
+             written.rows, ", ".join(written.snapshots) or "none (all indexed)",
+             time.monotonic() - clock)
+    return {**_ids(loaded), "rows": written.rows, "snapshots": written.snapshots}
 
 
 def registry_for(spark: SparkSession | None, config: PipelineConfig) -> Registry:

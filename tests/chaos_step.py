@@ -28,6 +28,7 @@ from jobs.pipeline_config import BrokerSource, PipelineConfig, load_config  # no
 IMPORTS = {
     "snapshot": ["jobs.snapshot.copier"],
     "load": ["jobs.load.job", "jobs.lakehouse.progress", "deltalake"],
+    "lookup": ["jobs.load.lookup_rows", "duckdb", "deltalake"],
     "check": ["jobs.check_job", "jobs.check.expectations", "great_expectations", "duckdb"],
     "alert": ["notifiers", "jobs.alerts.evaluation", "deltalake"],
     "alert_cluster": ["notifiers", "jobs.alerts.evaluation", "deltalake"],
@@ -51,8 +52,10 @@ def run(step: str, config: PipelineConfig, given: dict[str, Any]) -> dict[str, A
     if step == "snapshot":
         return pipeline.snapshot_broker(config, BrokerSource(**given["broker"]),
                                         given["snapshot_id"])
-    if step == "load":
-        return pipeline.load_broker(no_spark, config, given)
+    if step == "load":  # as the DAG's load: the lookup rows are the next step's
+        return pipeline.load_broker(no_spark, config, given, lookup=False)
+    if step == "lookup":
+        return pipeline.lookup_broker(config, given)
     if step == "check":
         return pipeline.check_broker(no_spark, config, given, config.alerts_config)
     if step in ("alert", "alert_cluster"):

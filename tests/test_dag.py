@@ -53,9 +53,9 @@ D1, D2 = datetime(2026, 11, 20, 2, tzinfo=UTC), datetime(2026, 11, 21, 2, tzinfo
 S1, S2 = "2026-11-20T0200Z", "2026-11-21T0200Z"
 BROKER = "broker-a"
 D3, S3 = datetime(2026, 11, 22, 2, tzinfo=UTC), "2026-11-22T0200Z"
-TASKS = {"list_brokers", "broker.snapshot", "broker.load", "broker.check", "broker.alert",
-         "broker.maintain", "broker.clean_up", "list_clusters", "cluster.check_cluster",
-         "cluster.alert_cluster", "run_outcome"}
+TASKS = {"list_brokers", "broker.snapshot", "broker.load", "broker.lookup", "broker.check",
+         "broker.alert", "broker.maintain", "broker.clean_up", "list_clusters",
+         "cluster.check_cluster", "cluster.alert_cluster", "run_outcome"}
 #: The test's alert rules: consumer status over 2 snapshots, a queue lagging by <= 20 is OK,
 #: reminders after 0.0001 days (8.6 s: the next DAG run's snapshot is later than that); no
 #: lag-age threshold (the harness stores are hours older than the test's snapshots).
@@ -124,6 +124,11 @@ def test_the_dag_imports_with_its_tasks_retries_and_assets(airflow):  # type: ig
              "broker.maintain", "broker.clean_up"]
     for upstream, downstream in itertools.pairwise(chain):
         assert downstream in dag.get_task(upstream).downstream_task_ids
+    # the lookup rows beside the check, off the Spark pool; maintenance compacts them after
+    lookup = dag.get_task("broker.lookup")
+    assert lookup.upstream_task_ids == {"broker.load"}
+    assert lookup.downstream_task_ids == {"broker.maintain"}
+    assert lookup.pool != dag.get_task("broker.load").pool
     assert dag.get_task("list_brokers").downstream_task_ids == {"broker.snapshot",
                                                                 "list_clusters"}
     final = dag.get_task("run_outcome")   # runs whatever happened: tells about failures
@@ -144,7 +149,9 @@ def test_the_dag_imports_with_its_tasks_retries_and_assets(airflow):  # type: ig
     clustered = {asset.name for asset in dag.get_task("cluster.check_cluster").outlets}
     assert clustered == {f"rmq.{t}" for t in ("cluster_lag", "replica_status", "check_results",
                                               "alerts")}
-    assert loaded == {f"rmq.{t}" for t in T.TABLES} - checked - clustered
+    assert loaded == {f"rmq.{t}" for t in T.TABLES} - checked - clustered - {
+        "rmq.message_lookup"}
+    assert {asset.name for asset in lookup.outlets} == {"rmq.message_lookup"}
     checked_tables = ("check_results", "consumer_lag", "queue_bounds", "consumer_status", "alerts")
     assert checked == {f"rmq.{t}" for t in checked_tables}
     warehouse = airflow.work / "warehouse"
@@ -622,7 +629,8 @@ def killed(airflow, growing_store, tmp_path_factory):  # type: ignore[no-untyped
 def test_a_killed_task_is_still_reported_with_its_broker_and_task(killed):  # type: ignore[no-untyped-def]
     assert killed.states["broker.snapshot"] == "success"
     assert killed.states["broker.load"] == "failed"          # SIGKILLed: no callback ran
-    not_run = ("broker.check", "broker.alert", "broker.maintain", "broker.clean_up")
+    not_run = ("broker.lookup", "broker.check", "broker.alert", "broker.maintain",
+               "broker.clean_up")
     assert {killed.states[t] for t in not_run} == {"upstream_failed"}
     assert killed.states["run_outcome"] == "failed"          # told, then kept the run failed
     assert len(killed.mails) == 1 and len(killed.posts) == 1, killed.log[-3000:]
@@ -630,5 +638,6 @@ def test_a_killed_task_is_still_reported_with_its_broker_and_task(killed):  # ty
     for text in (mail, post):
         assert f"task broker.load of broker {KILLED_BROKER} failed" in text
         assert "SIGKILL" in text
-        assert "broker.alert, broker.check, broker.clean_up, broker.maintain" in text
+        assert ("broker.alert, broker.check, broker.clean_up, broker.lookup, broker.maintain"
+                in text)
     assert f"rmq_nightly 2026-11-25T0200Z: 1 task failed: {KILLED_BROKER} broker.load" in mail

@@ -92,7 +92,7 @@ def test_a_scheduled_dag_run_of_a_mixed_fleet_keeps_to_the_spark_pool(  # type: 
     # the tasks that did not succeed first: a long message is cut at its end
     assert run.state == "success", ({k: v for k, v in states.items() if v != "success"},
                                     run.failed_task_logs(), logs)
-    for step in ("snapshot", "load", "check", "alert", "maintain", "clean_up"):
+    for step in ("snapshot", "load", "lookup", "check", "alert", "maintain", "clean_up"):
         assert {states[(f"broker.{step}", i)] for i in range(len(brokers))} == {"success"}
     assert states[("cluster.check_cluster", 0)] == states[("cluster.alert_cluster", 0)] \
         == "success"

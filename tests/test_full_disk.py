@@ -82,11 +82,18 @@ def versions(config: PipelineConfig) -> dict[str, int]:
 
 def night_steps(config: PipelineConfig, snapshot_id: str, store: Path
                 ) -> dict[str, object]:
-    """The DAG's steps of one night as callables, each taking the previous one's result."""
+    """The DAG's steps of one night as callables, each taking the previous one's result
+    (the lookup task's, which runs beside the check, passes the load's on)."""
     broker = replace(config.brokers[0], store=str(store))
+
+    def lookup(loaded: dict) -> dict:
+        pipeline.lookup_broker(config, loaded)
+        return loaded
+
     return {
         "snapshot": lambda _: pipeline.snapshot_broker(config, broker, snapshot_id),
-        "load": lambda taken: pipeline.load_broker(no_spark, config, taken),
+        "load": lambda taken: pipeline.load_broker(no_spark, config, taken, lookup=False),
+        "lookup": lookup,
         "check": lambda loaded: pipeline.check_broker(no_spark, config, loaded,
                                                       config.alerts_config),
         "maintain": lambda checked: pipeline.maintain_broker(config, checked),

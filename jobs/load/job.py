@@ -124,6 +124,10 @@ class LoadOptions:
     # Topics holding trace messages besides RMQ_SYS_TRACE_TOPIC and rmq_sys_TRACE_DATA_*
     # (a client's customizedTraceTopic, a broker's msgTraceTopicName): message_traces.
     trace_topics: tuple[str, ...] = ()
+    # Derive the new messages' message_lookup rows at the end of the load (the CLI). The
+    # DAG derives them in a task of their own beside the check (jobs.pipeline.
+    # lookup_broker): DuckDB on the task's host needs no Spark application or pool slot.
+    lookup: bool = True
 
 
 @dataclass
@@ -580,7 +584,8 @@ class SnapshotLoad:
             self.decode_into(T.INDEX_ENTRIES, INDEX, plan.index_tasks,
                              self.context(T.INDEX_ENTRIES, INDEX))
             if not self.options.replica:
-                self.write_lookup()
+                if self.options.lookup:
+                    self.write_lookup()
                 pending += self.start_writes(pool, self.append_small(
                     T.TRANSACTIONS, transaction_rows(
                         self.registry, self.broker, self.snapshot_id, self.seq,
