@@ -85,7 +85,9 @@ VARIANTS: dict[str, dict] = {
     "deltarswriter": {"env": "deltars-writer"},
     "former": {"env": "inprocess-former"},
     "dictall": {"env": "dict-all"},
-    "nolookup": {"env": "no-lookup"},
+    # the load as the DAG's task runs it (LoadOptions.lookup=False): message_lookup is left
+    # to the DAG's lookup task, timed apart after the load (lookup_task_s, not in seconds)
+    "nolookup": {"lookup": False},
     # the floor and delta-rs also write the night's message_lookup rows (prepared)
     "samerows": {"lookup_rows": True},
     # pyspark's own daemon, which re-reads Spark's archives before every Python task
@@ -482,18 +484,32 @@ def _load(spark, base, variant, work, args, monitor):  # type: ignore[no-untyped
     def progress(message: str) -> None:
         messages.append(f"{time.perf_counter() - clock:6.2f}s {message}")
 
+    lookup = variant.get("lookup", True)
     timed = _timed(monitor, lambda: load_snapshot(
-        spark, BROKER, SNAPSHOT, args.store, LoadOptions(split_bytes=split, engine="spark"),
+        spark, BROKER, SNAPSHOT, args.store,
+        LoadOptions(split_bytes=split, engine="spark", lookup=lookup),
         registry=registry, progress=progress))
     summary = timed.pop("value")
     table = summary.results[T.MESSAGES]
-    return {**timed, "create_tables_s": round(create_seconds, 2),
+    return {**timed, **({} if lookup else lookup_task(registry, monitor)),
+            "create_tables_s": round(create_seconds, 2),
             "records": table.rows, "bytes": table.bytes_read,
             "messages_s": round(table.seconds, 2), "planned_tasks": table.tasks,
             "table_seconds": {name: round(r.seconds, 2) for name, r in summary.results.items()},
             "progress": messages,
             "spark_tasks": next((m for m in messages if "Spark task" in m), ""),
             "files": delta_files(registry[T.MESSAGES].location)}
+
+
+def lookup_task(registry, monitor: TreeMonitor) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    """The DAG's lookup task after a load without it (jobs.pipeline.lookup_broker's work),
+    timed apart: its seconds and CPU are not the load's."""
+    from jobs.load.lookup_rows import write_lookup_rows
+
+    timed = _timed(monitor, lambda: write_lookup_rows(registry, BROKER, 1))
+    assert timed["value"].rows > 0
+    return {"lookup_task_s": round(timed["seconds"], 2),
+            "lookup_task_cpu_s": round(sum(timed["cpu"].values()), 2)}
 
 
 def _noop_rerun(spark, base, variant, work, args, monitor):  # type: ignore[no-untyped-def]
@@ -786,14 +802,17 @@ def in_process_child(mode: str, args: argparse.Namespace) -> dict[str, object]:
 
     registry = Registry(None, Path(args.work) / "warehouse")
     monitor = TreeMonitor().start()
+    lookup = variant.get("lookup", True)
     timed = _timed(monitor, lambda: load_snapshot(
         SparkOnDemand(no_spark), BROKER, SNAPSHOT, args.store,
-        LoadOptions(split_bytes=args.split_mib * MIB, engine="local"), registry=registry))
+        LoadOptions(split_bytes=args.split_mib * MIB, engine="local", lookup=lookup),
+        registry=registry))
     summary = timed.pop("value")
     for key in ("since_ms", "until_ms", "jvm_threads"):
         timed.pop(key, None)
     table = summary.results[T.MESSAGES]
-    return {"mode": mode, **timed, "records": table.rows, "bytes": table.bytes_read,
+    return {"mode": mode, **timed, **({} if lookup else lookup_task(registry, monitor)),
+            "records": table.rows, "bytes": table.bytes_read,
             "messages_s": round(table.seconds, 2),
             "table_seconds": {name: round(r.seconds, 2) for name, r in summary.results.items()},
             "memory": monitor.finish(), "files": delta_files(registry[T.MESSAGES].location)}
@@ -952,6 +971,9 @@ def print_table(title: str, data: dict, table: dict[str, dict]) -> None:
             print(f"  {mode:22s} files {row['files']}")
         if row.get("spark_tasks"):
             print(f"  {mode:22s} {row['spark_tasks']}")
+        if "lookup_task_s" in row:
+            print(f"  {mode:22s} then the DAG's lookup task: {row['lookup_task_s']:.2f}s, "
+                  f"{row['lookup_task_cpu_s']:.1f} CPU-s")
     if "noop-rerun" in table:
         rerun = table["noop-rerun"]
         full = table.get("load", {}).get("seconds")

@@ -17,8 +17,6 @@ Comma-separated items:
   into the table in one append (before 2026-11-29), in place of staged pyarrow files
 * ``dict-all``  pyarrow's default dictionary encoding on every column (before 2026-11-29,
   later), in place of the text columns only
-* ``no-lookup``  no ``message_lookup`` rows: the load writes what Spark's floor and the
-  delta-rs anchor write (the facts) and the night's state, not the derived lookup table
 
 Without ``RMQ_BENCH_PATCH`` this module does nothing.
 """
@@ -61,10 +59,6 @@ def _apply(spec: str) -> None:
             from jobs.lakehouse import parquet_files
 
             parquet_files.dictionary_columns = lambda schema: True
-        elif item == "no-lookup":
-            from jobs.load import job, lookup_rows
-
-            job.write_lookup_rows = lambda registry, broker, seq: lookup_rows.LookupWrite()
         else:
             raise ValueError(f"unknown RMQ_BENCH_PATCH item {item!r}")
 
