@@ -176,17 +176,26 @@ def lookup_broker(config: PipelineConfig, loaded: dict[str, Any]) -> dict[str, A
     that has none yet (jobs/load/lookup_rows.py; nothing for a slave, whose messages are
     its master's). DuckDB and delta-rs in this process: in the DAG this runs beside the
     check instead of at the end of the load, whose Spark application and pool slot it
-    does not need. Until it has run, lookups read the unindexed snapshot's messages."""
+    does not need. Until it has run, lookups read the unindexed snapshot's messages.
+
+    It holds the broker's load lock, as a load deriving the same rows does: a load of the
+    broker started by hand meanwhile makes it fail, to be retried, rather than both
+    appending the same snapshot's rows."""
+    from jobs.load.broker_lock import BrokerBusyError, broker_load_lock
     from jobs.load.lookup_rows import write_lookup_rows
 
-    broker = loaded["broker"]
+    broker, snapshot_id = loaded["broker"], loaded["snapshot_id"]
     if loaded.get("role") == SLAVE:
         return {**_ids(loaded), "rows": 0, "snapshots": []}
+    step = f"{broker}: message_lookup of snapshot {snapshot_id}"
     clock = time.monotonic()
-    with _full_disk_said(f"{broker}: message_lookup of snapshot {loaded['snapshot_id']}",
-                         config):
-        written = write_lookup_rows(registry_for(None, config), broker,
-                                    loaded["snapshot_seq"])
+    try:
+        with _full_disk_said(step, config), \
+                broker_load_lock(config.warehouse, broker, snapshot_id):
+            written = write_lookup_rows(registry_for(None, config), broker,
+                                        loaded["snapshot_seq"])
+    except BrokerBusyError as error:
+        raise StepError(f"{step}: {error}") from error
     log.info("%s: message_lookup: %d row(s) for snapshot(s) %s in %.1f s", broker,
              written.rows, ", ".join(written.snapshots) or "none (all indexed)",
              time.monotonic() - clock)

@@ -225,6 +225,43 @@ def test_a_message_not_yet_in_the_lookup_table_is_still_found_and_caught_up(
     assert narrowed == full and {r["msg_id"] for r in narrowed} == {msg_id}
 
 
+def test_the_dags_lookup_task_writes_what_the_load_would_and_waits_for_a_load_by_hand(
+        growing_store, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The DAG's way, a load without the lookup rows and then ``pipeline.lookup_broker``,
+    gives the rows a load deriving them itself gives. While a load of the broker holds its
+    lock, the task fails to be retried (not for good) and writes nothing; run twice, the
+    second adds nothing."""
+    from pipeline_nights import write_config
+
+    from jobs import pipeline
+    from jobs.load.broker_lock import broker_load_lock
+    from jobs.pipeline_config import load_config
+
+    (tmp_path / "dag").mkdir()
+    config = load_config(write_config(tmp_path / "dag", "g", growing_store))
+    taken = pipeline.snapshot_broker(
+        config, replace(config.brokers[0], store=str(growing_store / "snapshots" / "s1" /
+                                                     "store")), "s1")
+    loaded = pipeline.load_broker(_no_spark, config, taken, lookup=False)
+    lookups = table_location(config.warehouse, T.MESSAGE_LOOKUP)
+    assert arrow_dataset(lookups).count_rows() == 0
+
+    with broker_load_lock(config.warehouse, "g", "by-hand"), \
+            pytest.raises(pipeline.StepError, match="another load of broker 'g'") as busy:
+        pipeline.lookup_broker(config, loaded)
+    assert not busy.value.permanent
+    assert arrow_dataset(lookups).count_rows() == 0
+    done = pipeline.lookup_broker(config, loaded)
+    assert done["snapshots"] == ["s1"] and done["rows"] > 0
+    assert pipeline.lookup_broker(config, loaded)["rows"] == 0
+
+    load_in_process(tmp_path / "cli", "g", "s1", pipeline.snapshot_store_of(config, taken))
+    derived = [arrow_dataset(table_location(w, T.MESSAGE_LOOKUP)).to_table().to_pylist()
+               for w in (config.warehouse, tmp_path / "cli")]
+    assert len(derived[0]) == done["rows"]
+    assert sorted(derived[0], key=repr) == sorted(derived[1], key=repr)
+
+
 def test_every_message_row_has_its_lookup_rows(warehouse) -> None:  # type: ignore[no-untyped-def]
     """message_lookup is complete: each msgId, key and queue position of every message row
     (queued records) points back at that row, and at nothing else."""
