@@ -150,6 +150,28 @@ def prepare_parquet(base: Path, split: int, expected: int) -> int:
     return rows
 
 
+def lookup_parquet_dir(parquet: Path | str) -> Path:
+    """Where :func:`prepare_lookup_parquet` keeps the lookup rows, beside the ``parquet``
+    rows of the same store."""
+    return Path(parquet).parent / "lookup-parquet"
+
+
+def lookup_writer_properties():  # type: ignore[no-untyped-def]
+    """delta-rs' writer settings for ``message_lookup`` rows that match the table's own
+    files (jobs.lakehouse.message_lookup): zstd, its row groups, a Bloom filter on the
+    value."""
+    from deltalake.writer import BloomFilterProperties, ColumnProperties, WriterProperties
+
+    from jobs.lakehouse import message_lookup
+
+    return WriterProperties(
+        compression="ZSTD", max_row_group_size=message_lookup.ROW_GROUP_ROWS,
+        column_properties={"lookup_value": ColumnProperties(
+            bloom_filter_properties=BloomFilterProperties(
+                set_bloom_filter_enabled=True, fpp=message_lookup.BLOOM_FPP,
+                ndv=message_lookup.ROW_GROUP_ROWS))})
+
+
 def prepare_lookup_parquet(base: Path, expected: int) -> Path:
     """The night's ``message_lookup`` rows, derived from the prepared ``messages`` rows by
     the load's own query (jobs.load.lookup_rows.lookup_sql: its order too) and written as
@@ -162,7 +184,7 @@ def prepare_lookup_parquet(base: Path, expected: int) -> Path:
     from jobs.lakehouse.contracts import load_contract
     from jobs.load.lookup_rows import lookup_sql
 
-    out = base / "lookup-parquet"
+    out = lookup_parquet_dir(base / "parquet")
     marker = out / "_DONE.json"
     wanted = {"messages": expected, "v": 2}
     if marker.exists() and json.loads(marker.read_text())["of"] == wanted:
@@ -184,8 +206,7 @@ def prepare_lookup_parquet(base: Path, expected: int) -> Path:
 
 def lookup_rows_of(parquet: str) -> int:
     """How many lookup rows ``prepare_lookup_parquet`` wrote beside ``parquet``."""
-    return int(json.loads((Path(parquet).parent / "lookup-parquet" / "_DONE.json")
-                          .read_text())["rows"])
+    return int(json.loads((lookup_parquet_dir(parquet) / "_DONE.json").read_text())["rows"])
 
 
 def store_bytes(store: Path) -> int:
@@ -598,7 +619,7 @@ def _floor(spark, base, variant, work, args, monitor):  # type: ignore[no-untype
     def write() -> None:
         append_once(spark.read.parquet(str(args.parquet)), location, "bench-floor", 1)
         if variant.get("lookup_rows"):  # the table's zstd and Bloom filter, as the load
-            (spark.read.parquet(str(Path(args.parquet).parent / "lookup-parquet"))
+            (spark.read.parquet(str(lookup_parquet_dir(args.parquet)))
              .write.format("delta").mode("append")
              .option("compression", "zstd")
              .option("parquet.bloom.filter.enabled#lookup_value", "true")
@@ -740,9 +761,7 @@ def deltars_child(mode: str, args: argparse.Namespace) -> dict[str, object]:
 
     import pyarrow.dataset as ds
     from deltalake import WriterProperties, write_deltalake
-    from deltalake.writer import BloomFilterProperties, ColumnProperties
 
-    from jobs.lakehouse import message_lookup
     from jobs.lakehouse.contracts import load_contract
 
     _, variant = split_variant(mode)
@@ -758,17 +777,12 @@ def deltars_child(mode: str, args: argparse.Namespace) -> dict[str, object]:
                     configuration=contract.table_properties,
                     writer_properties=WriterProperties(compression="SNAPPY"))
     if variant.get("lookup_rows"):  # the table's zstd, row groups and Bloom filter
-        rows = ds.dataset(str(Path(args.parquet).parent / "lookup-parquet"),
-                          format="parquet", schema=lookup_contract.arrow_schema())
-        bloom = ColumnProperties(bloom_filter_properties=BloomFilterProperties(
-            set_bloom_filter_enabled=True, fpp=message_lookup.BLOOM_FPP,
-            ndv=message_lookup.ROW_GROUP_ROWS))
+        rows = ds.dataset(str(lookup_parquet_dir(args.parquet)), format="parquet",
+                          schema=lookup_contract.arrow_schema())
         write_deltalake(lookup, rows.scanner(batch_size=65536).to_reader(),
                         partition_by=lookup_contract.partition_columns, mode="append",
                         configuration=lookup_contract.table_properties,
-                        writer_properties=WriterProperties(
-                            compression="ZSTD", max_row_group_size=message_lookup.ROW_GROUP_ROWS,
-                            column_properties={"lookup_value": bloom}))
+                        writer_properties=lookup_writer_properties())
     seconds = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_SELF)
     cpu = after.ru_utime + after.ru_stime - usage.ru_utime - usage.ru_stime

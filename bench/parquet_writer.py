@@ -52,8 +52,7 @@ def main() -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
     from deltalake import write_deltalake
-    from deltalake.writer import BloomFilterProperties, ColumnProperties, WriterProperties
-    from load_delta import dataset_dir, prepare_store
+    from load_delta import dataset_dir, lookup_writer_properties, prepare_store
 
     from jobs.lakehouse import message_lookup
     from jobs.lakehouse import tables as T
@@ -107,12 +106,7 @@ def main() -> None:
                     lookup[:] = [connection.sql(sql).to_arrow_table().cast(schema)]
             return run
 
-        bloom = WriterProperties(
-            compression="ZSTD", max_row_group_size=message_lookup.ROW_GROUP_ROWS,
-            column_properties={"lookup_value": ColumnProperties(
-                bloom_filter_properties=BloomFilterProperties(
-                    set_bloom_filter_enabled=True, fpp=message_lookup.BLOOM_FPP,
-                    ndv=message_lookup.ROW_GROUP_ROWS))})
+        bloom = lookup_writer_properties()
 
         def by_delta_rs() -> None:
             shutil.rmtree(scratch / "lookup-d", ignore_errors=True)
