@@ -9,7 +9,7 @@
 # a bucket, the DLedger and cluster pipelines and the GX module, which balance the lanes'
 # lengths (at 2979172: lane B 30:24, lane A 30:42; docs/testing.md). Lane B, everything
 # else, fills the two cores meanwhile. Each lane has its own temp dir, Airflow home and
-# Spark session; ports are picked free at run time and the broker stores are built before
+# Spark session; ports are reserved (tests/endpoints.free_port) and the stores are built before
 # either lane starts. Lane A's output is printed after lane B's. Exit status: the worse of
 # the two (pytest's 5, "no tests collected", counts as success).
 set -uo pipefail

@@ -13,7 +13,6 @@ import json
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyspark
+from endpoints import free_port
 
 from jobs.lakehouse.spark_session import JAVA_OPTIONS_ENV
 
@@ -34,12 +34,6 @@ START_TIMEOUT = 120  # seconds for the master to come up and the workers to regi
 
 class ClusterStartError(RuntimeError):
     """A daemon exited or the cluster was not up in time (with the daemons' log tails)."""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def tail(path: Path, lines: int = 30) -> str:
