@@ -45,7 +45,7 @@ import pyarrow as pa
 
 from rmqlib.common import races
 from rmqlib.common.accounting import FileAccount
-from rmqlib.common.fileio import runs
+from rmqlib.common.fileio import map_read_only, runs
 from rmqlib.common.javahash import index_key, index_key_hash
 from rmqlib.errors import CorruptDataError, NotAStoreFileError, StoreError
 
@@ -324,7 +324,7 @@ class IndexFile:
         geometry = IndexGeometry.infer(size, hash_slot_num, index_num, path=path)
         try:
             with open(path, "rb") as handle:
-                mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+                mapped = map_read_only(handle)
         except OSError as exc:
             raise NotAStoreFileError(f"cannot map file: {exc.strerror}", path=path) from exc
         try:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import mmap
 import os
 import shutil
 import time
@@ -53,6 +52,7 @@ from jobs.snapshot.manifest import (
     snapshot_store,
 )
 from jobs.snapshot.sources import FileReader, SourceFile, StoreSource
+from rmqlib.common.fileio import map_read_only
 from rmqlib.errors import StoreError
 from rmqlib.rocksdb.database import CURRENT as ROCKSDB_CURRENT
 from rmqlib.rocksdb.database import INCONSISTENT_COPY, open_readonly
@@ -487,8 +487,7 @@ def _resume_at(copy: Path, growth: Growth, walked_to: int, end: int) -> int:
     if growth.last_frame_start is not None:
         if end <= walked_to:
             return walked_to
-        with open(copy, "rb") as handle, mmap.mmap(handle.fileno(), 0,
-                                                   access=mmap.ACCESS_READ) as data:
+        with open(copy, "rb") as handle, map_read_only(handle) as data:
             return growth.last_frame_start(data, walked_to, end)
     return max(0, end - growth.reread) // growth.unit * growth.unit
 
