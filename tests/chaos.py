@@ -353,8 +353,11 @@ class Soak:
                    else "ok" if process.returncode == 0 and out_path.exists()
                    else "disk_full" if DISK_FULL in log_path.read_text(errors="replace")
                    else "failed")
+        last_line = _last_line(log_path)
+        if outcome == "failed":  # a signal's death leaves no line of its own: say it
+            last_line += f" [exit {process.returncode}]"
         record = Attempt(night, broker, step, attempt, outcome, seconds,
-                         kill_after if killed else None, _last_line(log_path))
+                         kill_after if killed else None, last_line)
         if outcome != "ok":
             return None, record
         return json.loads(out_path.read_text()), record
@@ -623,4 +626,10 @@ def summary(verdict: Verdict) -> str:
         f"{len(verdict.unexplained_duplicates)}",
         f"disk full {verdict.disk_squeezes or 'never'}, attempts failed by it "
         f"{verdict.disk_full_failures}; leftovers {len(verdict.leftovers)}",
-        *(f"  kill: {line}" for line in verdict.where_kills_landed)])
+        *(f"  kill: {line}" for line in verdict.where_kills_landed),
+        *(f"  failed: {line}" for line in verdict.failed_attempts),
+        *(f"  differs: {table}: {rows}" for table, rows in verdict.table_differences.items()),
+        *(f"  snapshot differs: {line}" for line in verdict.snapshot_differences),
+        *(f"  not delivered: {line}" for line in verdict.undelivered),
+        *(f"  sent twice: {line}" for line in verdict.unexplained_duplicates),
+        *(f"  left behind: {line}" for line in verdict.leftovers)])
