@@ -19,7 +19,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobs.lakehouse import tables as T
-from jobs.lakehouse.disk_space import DiskFullError, disk_full_said, disk_of
+from jobs.lakehouse.disk_space import (
+    BOOKKEEPING_ROOM,
+    DiskFullError,
+    disk_full_said,
+    disk_of,
+    ensure_room,
+)
 from jobs.lakehouse.tables import Registry
 from jobs.pipeline_config import SLAVE, BrokerSource, PipelineConfig
 from jobs.snapshot.copier import SnapshotError, SnapshotInPastError
@@ -299,8 +305,13 @@ def deliver_alert(config: PipelineConfig, checked: dict[str, Any],
         log.warning("%s: snapshot %s: alert recorded, not sent (deliver_alerts is false in "
                     "%s): %s", broker, snapshot_id, config.source, alert.title)
     elif pending:
-        delivery.update(send(alert, AlertRules.load(config.alerts_config), pending))
-        record_alert(registry, alert, delivery)
+        # the answers must be recordable before anything is sent: a send whose record
+        # fails for want of space is sent again by the retry
+        step = f"{broker}: alert of snapshot {snapshot_id}"
+        with _full_disk_said(step, config):
+            ensure_room(step, disk_of(config.warehouse), BOOKKEEPING_ROOM)
+            delivery.update(send(alert, AlertRules.load(config.alerts_config), pending))
+            record_alert(registry, alert, delivery)
     else:
         log.info("%s: snapshot %s: alert already delivered (%s)", broker, snapshot_id,
                  ", ".join(delivery))

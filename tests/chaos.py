@@ -576,7 +576,10 @@ def _alert_outcome(run: SoakRun) -> tuple[int, dict[str, int], list[str], list[s
         for row in rows:
             if header == row["title"][:150]:
                 received[("webhook", row["broker"], row["snapshot_id"])] += 1
-    killed = {(a.broker, a.night) for a in run.kills() if a.step.startswith("alert")}
+    # sent again on a retry: at least once, when the attempt that sent it died (a kill) or
+    # could not record its answer (the disk filled between the send and the record)
+    killed = {(a.broker, a.night) for a in run.attempts if a.step.startswith("alert")
+              and a.outcome in ("killed", "deployment", "disk_full")}
     undelivered, unexplained, explained = [], [], 0
     for row in rows:
         for channel in ("email", "webhook"):
@@ -621,7 +624,7 @@ def summary(verdict: Verdict) -> str:
         f"{len(verdict.snapshot_differences)}, failed attempts "
         f"{len(verdict.failed_attempts)}",
         f"alerts {verdict.alerts}, deliveries {verdict.deliveries}, undelivered "
-        f"{len(verdict.undelivered)}, duplicates after a killed delivery "
+        f"{len(verdict.undelivered)}, duplicates after a killed or disk-full delivery "
         f"{verdict.duplicates_after_kills}, unexplained duplicates "
         f"{len(verdict.unexplained_duplicates)}",
         f"disk full {verdict.disk_squeezes or 'never'}, attempts failed by it "

@@ -225,3 +225,36 @@ def test_a_loads_room_counts_data_not_a_mapped_files_zero_tail(
     tasks[0] = replace(tasks[0], begin=begin)
     room = LoadPlan(segment.parent).data_bytes(tasks)
     assert max(0, data - begin) <= room <= max(0, -(-data // block) * block - begin)
+
+
+def test_an_alert_is_not_sent_when_its_answer_could_not_be_recorded(
+        growing_store, small_disk, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Found by the chaos soak (seed 505284): the disk filled after the alert was sent and
+    before its answer was recorded, so each retry sent it again. The step now checks the
+    room for the record before it sends: on a full disk it fails in one line, nothing sent,
+    nothing committed; with the space back it sends once, and a re-run sends nothing."""
+    night, name = next(iter(NIGHTS.items()))
+    store = growing_store / "snapshots" / name / "store"
+    config = config_on(tmp_path, small_disk, deliver_alerts=True)
+    steps = night_steps(config, night, store)
+    checked = steps["check"](steps["lookup"](steps["load"](steps["snapshot"](None))))
+    sent: list[list[str]] = []
+
+    def send(alert, rules, pending: list[str]) -> dict[str, str]:  # type: ignore[no-untyped-def]
+        sent.append(pending)
+        return dict.fromkeys(pending, "sent")
+
+    before = versions(config)
+    filler = fill(small_disk)
+    with pytest.raises(pipeline.StepError) as failed:
+        pipeline.deliver_alert(config, checked, send)
+    message = str(failed.value)
+    assert "\n" not in message and message.startswith(f"{BROKER}: alert of snapshot {night}: "
+                                                      "out of disk space"), message
+    assert sent == [] and versions(config) == before
+    filler.unlink()
+    delivered = pipeline.deliver_alert(config, checked, send)
+    assert delivered["alert"] and set(delivered["delivery"].values()) == {"sent"}
+    assert len(sent) == 1
+    pipeline.deliver_alert(config, checked, send)
+    assert len(sent) == 1
