@@ -24,7 +24,6 @@ import json
 import os
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,6 +37,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "broker_har
 
 from chaos import Faults, soak, summary, verify  # noqa: E402
 from test_soak import NIGHTS, soak_fleet  # noqa: E402
+from tmpfs import mounted_tmpfs  # noqa: E402
 
 RESULTS = ROOT / ".cache" / "bench" / "soak_results.json"
 
@@ -101,12 +101,8 @@ def own_filesystem(directory: Path, mib: int) -> Iterator[None]:
     if not mib:
         yield
         return
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={mib}m", "tmpfs", str(directory)],
-                   check=True)
-    try:
+    with mounted_tmpfs(directory, mib):
         yield
-    finally:
-        subprocess.run(["umount", str(directory)], check=True)
 
 
 def _save(verdicts: list[dict[str, object]]) -> None:

@@ -578,8 +578,8 @@ def _alert_outcome(run: SoakRun) -> tuple[int, dict[str, int], list[str], list[s
                 received[("webhook", row["broker"], row["snapshot_id"])] += 1
     # sent again on a retry: at least once, when the attempt that sent it died (a kill) or
     # could not record its answer (the disk filled between the send and the record)
-    killed = {(a.broker, a.night) for a in run.attempts if a.step.startswith("alert")
-              and a.outcome in ("killed", "deployment", "disk_full")}
+    interrupted = {(a.broker, a.night) for a in run.attempts if a.step.startswith("alert")
+                   and a.outcome in ("killed", "deployment", "disk_full")}
     undelivered, unexplained, explained = [], [], 0
     for row in rows:
         for channel in ("email", "webhook"):
@@ -588,7 +588,7 @@ def _alert_outcome(run: SoakRun) -> tuple[int, dict[str, int], list[str], list[s
             alert = f"{row['broker']} {row['snapshot_id']} {channel}"
             if status != "sent" or count == 0:
                 undelivered.append(f"{alert}: recorded {status!r}, received {count}")
-            elif count > 1 and (row["broker"], row["snapshot_id"]) not in killed:
+            elif count > 1 and (row["broker"], row["snapshot_id"]) not in interrupted:
                 unexplained.append(f"{alert}: received {count} times")
             elif count > 1:
                 explained += count - 1

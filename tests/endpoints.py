@@ -60,10 +60,16 @@ def _make_port_locks() -> None:
     PORT_LOCKS.chmod(0o1777)
 
 
+def ephemeral_ports() -> tuple[int, int]:
+    """The first and last port of the kernel's ephemeral range."""
+    low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    return low, high
+
+
 def _unassigned_ports() -> range:
     """Ports the kernel never assigns by itself: below its ephemeral range (above it when
     the range starts too low to leave room)."""
-    low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    low, high = ephemeral_ports()
     if low >= 4096:
         return range(low // 2, low)
     if high <= 61439:

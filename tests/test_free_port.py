@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from endpoints import PORT_LOCKS
+from endpoints import PORT_LOCKS, ephemeral_ports
 
 TESTS = Path(__file__).resolve().parent
 #: Ports each process reserves: drawn at random from ~16 K ports, two processes without
@@ -47,7 +47,7 @@ def lockable(port: int) -> bool:
 
 
 def test_two_processes_never_get_the_same_port_and_a_killed_one_frees_its_own() -> None:
-    low, _ = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    low, _ = ephemeral_ports()
     first, first_ports = reserving(PER_PROCESS)
     second, second_ports = reserving(PER_PROCESS)
     try:

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from lakehouse import warehouse_content
 from pipeline_nights import _no_spark as no_spark
 from pipeline_nights import write_pipeline_config
+from tmpfs import fill, mounted_tmpfs
 
 from jobs import pipeline
 from jobs.lakehouse import tables as T
@@ -44,23 +45,8 @@ NIGHTS = {"2026-11-20T0200Z": "s1", "2026-11-21T0200Z": "s2"}
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 48 MiB tmpfs of this test's own (two nights of the growing store take ~15 MiB)."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(mount)], check=True)
-    try:
+    with mounted_tmpfs(tmp_path / "disk", 48) as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "--lazy", str(mount)], check=True)
-
-
-def fill(disk: Path) -> Path:
-    """Take every free byte of ``disk`` with one file (removed to give the space back)."""
-    filler = disk / "filler"
-    with filler.open("ab") as out:
-        free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
-        os.posix_fallocate(out.fileno(), filler.stat().st_size, free)
-    assert os.statvfs(disk).f_bavail == 0
-    return filler
 
 
 def config_on(work: Path, disk: Path, **settings: object) -> PipelineConfig:

@@ -9,7 +9,6 @@ hole through a mapping allocates a page: with no space the kernel sends SIGBUS."
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tmpfs import fill, mounted_tmpfs
 
 from rmqlib.common.fileio import map_read_only
 
@@ -66,19 +66,14 @@ def test_an_index_file_with_holes_decodes_on_a_full_tmpfs(broker_stores, tmp_pat
     decoding it in a process of its own gives the rows of the broker's own file (it died
     of SIGBUS, exit -7, when the file was mapped)."""
     originals = sorted((broker_stores["v5-clean"] / "store" / "index").iterdir())
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], check=True)
-    try:
+    with mounted_tmpfs(tmp_path / "disk", 1) as disk:
         copies = []
         for original in originals:
             copy = disk / original.name
             subprocess.run(["cp", "--sparse=always", str(original), str(copy)], check=True)
             copies.append(copy)
         assert any(has_holes(copy) for copy in copies)
-        with open("/dev/zero", "rb") as zeros, open(disk / "filler", "wb") as filler, \
-                pytest.raises(OSError):
-            shutil.copyfileobj(zeros, filler, 1 << 20)
+        fill(disk)
         script = ("import sys; from rmqlib.indexfile import IndexFile\n"
                   "for path in sys.argv[1:]:\n"
                   "    with IndexFile.open(path) as index:\n"
@@ -92,5 +87,3 @@ def test_an_index_file_with_holes_decodes_on_a_full_tmpfs(broker_stores, tmp_pat
                                 capture_output=True, text=True, cwd=REPO, check=True)
         assert decoded.stdout == broker.stdout
         assert len(decoded.stdout.splitlines()) == len(originals)
-    finally:
-        subprocess.run(["umount", "--lazy", str(disk)], check=True)
